@@ -1,0 +1,39 @@
+# Top-level entry points. `make demo` and `make test` work on a fresh Debian machine: both
+# install what is missing (scripts/install-deps.sh), configure and build, then run.
+BUILD_DIR ?= build
+SANITIZE_DIR ?= build-sanitize
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test test-unit test-sanitize demo clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > $(BUILD_DIR).configure.log 2>&1 || (cat $(BUILD_DIR).configure.log; exit 1)
+	@grep "anvil summary" $(BUILD_DIR).configure.log || true
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The whole suite; CTest's own summary is the last thing printed.
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+test-unit: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -L unit
+
+# The unit tier under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize: deps
+	@cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DANVIL_SANITIZE=ON -DANVIL_ENABLE_CUDA=OFF > $(SANITIZE_DIR).configure.log 2>&1 || (cat $(SANITIZE_DIR).configure.log; exit 1)
+	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
+	@cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
+
+demo: build
+	@$(BUILD_DIR)/anvil info
+
+clean:
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(BUILD_DIR).configure.log $(SANITIZE_DIR).configure.log

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages anvil's build, tests and demo need. Idempotent: packages that
+# are already installed are skipped, and `apt-get update` runs once, only when something is
+# missing. Nothing else is downloaded; the build itself never touches the network.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev                       # unit tests
+  nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev libxxhash-dev
+  libpcre2-dev                       # Unicode regex (with JIT) for tokenizer pre-splitting
+  libopenblas-dev libdnnl-dev        # GEMM libraries for the optimized CPU backend
+  libopenmpi-dev openmpi-bin         # multi-process training and its tests
+  fortunes                           # the sample corpus for the demo
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,147 @@
+// The Backend interface: memory plus one virtual method per op the Llama family needs.
+// Every op takes Tensor views that live on this backend's device. Conventions:
+//   - activations are row-major; "(N, C)" means N rows of C; (B, T, H, D) is batch, time,
+//     heads, head_dim, i.e. exactly the output of a projection viewed per head.
+//   - activation dtypes are f32 or bf16; statistics, losses, logsumexp and gradients of
+//     parameters are always f32; arithmetic is done in f32 whatever the storage dtype.
+//   - backward outputs say whether they are overwritten (=) or accumulated (+=).
+// A backend that lacks an op throws "[<name>] op <op> is not implemented"; nothing falls back.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/tensor.h"
+
+namespace anvil {
+
+// RoPE in the Hugging Face rotate-half layout: pairs (i, i + D/2) rotate by pos * inv_freq[i].
+struct RopeParams {
+  float theta = 10000.0f;
+  // Llama 3.1 "llama3" frequency scaling; off when factor == 0.
+  float scaling_factor = 0.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position = 8192;
+};
+
+struct AttentionParams {
+  bool causal = true;
+  // Sliding window: a query at t sees keys in (t - window, t]; 0 disables it.
+  int window = 0;
+  // Optional (B, T) i32 document ids: queries attend only to keys of the same document.
+  const Tensor* doc_ids = nullptr;
+  // Score scale; 0 means 1/sqrt(head_dim).
+  float scale = 0.0f;
+};
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled; pass 0 for tensors exempt from decay
+  int64_t step = 1;           // 1-based, for bias correction
+  float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping, unscaling)
+};
+
+class Backend : public Allocator {
+ public:
+  ~Backend() override = default;
+
+  // Returns the backend's name as given to --backend ("cpu", "cpu-ref", "cuda").
+  virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------
+  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;
+  // Copies between two tensors of this backend with equal byte size.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void fill_zero(const Tensor& t) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops ------------------------------------------------------------------------------
+  // c = alpha * op(a) @ op(b) + beta * c, op = transpose when asked. a, b: (M,K)/(K,M) and
+  // (K,N)/(N,K) or batched (P, ., .) with b optionally shared (rank 2). a and b share a dtype
+  // (f32 or bf16); c is f32 or bf16; accumulation is f32.
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+                      bool transpose_b, float alpha = 1.0f, float beta = 0.0f) = 0;
+
+  // out (N, C) = table (V, C)[ids (N) i32]. Throws for an id outside [0, V).
+  virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+  // dtable (V, C) f32 += scatter of dout (N, C) by ids.
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
+
+  // out (N, C) = x / rms(x) * weight (C); rstd (N) f32 = 1/sqrt(mean(x^2) + eps).
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
+                               const Tensor& rstd, float eps) = 0;
+  // dx (N, C) +=; dweight (C) f32 +=.
+  virtual void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                const Tensor& rstd, const Tensor& dx, const Tensor& dweight) = 0;
+
+  // out (B, T, H, D) = rope(x) with positions (B, T) i32; out may alias x.
+  virtual void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
+                            const RopeParams& params) = 0;
+  // dx (B, T, H, D) = inverse rotation of dout; dx may alias dout.
+  virtual void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                             const RopeParams& params) = 0;
+
+  // out (B, T, Hq, D) = softmax(q k^T * scale + mask) v with Hq a multiple of Hkv (GQA:
+  // query head h uses kv head h / (Hq / Hkv)); lse (B, Hq, T) f32 = logsumexp of the scores.
+  // A row with no visible key (possible only with a window/doc mask excluding itself; never
+  // with causal masking) gets out = 0 and lse = -inf.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& out, const Tensor& lse,
+                                 const AttentionParams& params) = 0;
+  // dq (B, T, Hq, D) =, dk and dv (B, T, Hkv, D) =.
+  virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse,
+                                  const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                  const AttentionParams& params) = 0;
+
+  // out (N, F) = silu(gate) * up.
+  virtual void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // dgate (N, F) =, dup (N, F) =.
+  virtual void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                               const Tensor& dgate, const Tensor& dup) = 0;
+
+  // out = a + b (same shape; out may alias either).
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // x *= alpha.
+  virtual void scale(const Tensor& x, float alpha) = 0;
+  // y += alpha * x (x and y may differ in dtype; y is read and written in its own dtype).
+  virtual void axpy(float alpha, const Tensor& x, const Tensor& y) = 0;
+  // dst = src converted to dst's dtype (f32 <-> bf16 <-> f16), round to nearest even.
+  virtual void cast(const Tensor& src, const Tensor& dst) = 0;
+
+  // Fused softmax cross-entropy over logits (N, V). targets (N) i32; a target equal to
+  // ignore_index, or a row whose loss_mask (N) f32 is 0, contributes no loss and no gradient.
+  // losses (N) f32 = per-row loss (0 for ignored rows). When dlogits is defined (it may alias
+  // logits): dlogits (N, V) = (softmax - onehot) * mask * grad_scale.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
+                             int ignore_index, const Tensor& losses, const Tensor* dlogits,
+                             float grad_scale) = 0;
+
+  // One AdamW step on a flat f32 parameter with its f32 gradient and moments (all (n)).
+  // When param_copy is given (bf16 or f32, (n)), it receives the updated parameter.
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
+                          const Tensor& v, const AdamWParams& params,
+                          const Tensor* param_copy) = 0;
+
+  // Returns sum(x^2) accumulated in double precision (any float dtype).
+  virtual double sum_squares(const Tensor& x) = 0;
+  // Returns false when any element is NaN or infinite.
+  virtual bool all_finite(const Tensor& x) = 0;
+};
+
+// Creates a backend by name: "cpu" (optimized), "cpu-ref" (reference loops), "cuda".
+// Throws naming the valid choices for an unknown name, or why a known one is unavailable.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+// Returns the names of the backends compiled into this binary.
+std::vector<std::string> compiled_backends();
+// Returns one line per compiled backend describing what it sees (for `anvil info`).
+std::vector<std::string> describe_backends();
+
+}  // namespace anvil

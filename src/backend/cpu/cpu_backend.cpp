@@ -1,0 +1,146 @@
+// CpuBackend: memory is plain aligned host memory and copies are memcpy. Every op forwards to
+// cpu/reference; an optimized kernel will be selected here, per op, with `if (!reference_)`.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "backend/cpu/reference/reference_ops.h"
+#include "backend/registry.h"
+#include "core/cpu_info.h"
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+void check_host_tensor(const Tensor& t, const char* op, const char* what) {
+  ANVIL_CHECK(t.device.is_cpu(), "[{}] {} is not a host tensor; the CPU backend takes host "
+              "tensors only", op, what);
+  ANVIL_CHECK(t.data != nullptr || t.numel() == 0, "[{}] {} has no data", op, what);
+}
+
+}  // namespace
+
+void* CpuBackend::allocate(size_t bytes) { return HostAllocator::instance().allocate(bytes); }
+
+void CpuBackend::deallocate(void* ptr, size_t bytes) {
+  HostAllocator::instance().deallocate(ptr, bytes);
+}
+
+void CpuBackend::copy_from_host(const Tensor& dst, const void* src) {
+  check_host_tensor(dst, "copy_from_host", "dst");
+  if (dst.nbytes() > 0) std::memcpy(dst.data, src, dst.nbytes());
+}
+
+void CpuBackend::copy_to_host(void* dst, const Tensor& src) {
+  check_host_tensor(src, "copy_to_host", "src");
+  if (src.nbytes() > 0) std::memcpy(dst, src.data, src.nbytes());
+}
+
+void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
+  check_host_tensor(dst, "copy", "dst");
+  check_host_tensor(src, "copy", "src");
+  ANVIL_CHECK(dst.nbytes() == src.nbytes(), "[copy] dst has {} bytes but src has {}",
+              dst.nbytes(), src.nbytes());
+  if (dst.nbytes() > 0) std::memmove(dst.data, src.data, dst.nbytes());
+}
+
+void CpuBackend::fill_zero(const Tensor& t) {
+  check_host_tensor(t, "fill_zero", "tensor");
+  if (t.nbytes() > 0) std::memset(t.data, 0, t.nbytes());
+}
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+                        bool transpose_b, float alpha, float beta) {
+  cpu_ref::matmul(a, b, c, transpose_a, transpose_b, alpha, beta);
+}
+
+void CpuBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  cpu_ref::embedding_forward(ids, table, out);
+}
+
+void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  cpu_ref::embedding_backward(ids, dout, dtable);
+}
+
+void CpuBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
+                                 const Tensor& rstd, float eps) {
+  cpu_ref::rmsnorm_forward(x, weight, out, rstd, eps);
+}
+
+void CpuBackend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                  const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+  cpu_ref::rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
+}
+
+void CpuBackend::rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
+                              const RopeParams& params) {
+  cpu_ref::rope_forward(x, out, positions, params);
+}
+
+void CpuBackend::rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                               const RopeParams& params) {
+  cpu_ref::rope_backward(dout, dx, positions, params);
+}
+
+void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out, const Tensor& lse,
+                                   const AttentionParams& params) {
+  cpu_ref::attention_forward(q, k, v, out, lse, params);
+}
+
+void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                    const AttentionParams& params) {
+  cpu_ref::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, params);
+}
+
+void CpuBackend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  cpu_ref::swiglu_forward(gate, up, out);
+}
+
+void CpuBackend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                                 const Tensor& dgate, const Tensor& dup) {
+  cpu_ref::swiglu_backward(dout, gate, up, dgate, dup);
+}
+
+void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  cpu_ref::add(a, b, out);
+}
+
+void CpuBackend::scale(const Tensor& x, float alpha) { cpu_ref::scale(x, alpha); }
+
+void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  cpu_ref::axpy(alpha, x, y);
+}
+
+void CpuBackend::cast(const Tensor& src, const Tensor& dst) { cpu_ref::cast(src, dst); }
+
+void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
+                               const Tensor* loss_mask, int ignore_index, const Tensor& losses,
+                               const Tensor* dlogits, float grad_scale) {
+  cpu_ref::cross_entropy(logits, targets, loss_mask, ignore_index, losses, dlogits, grad_scale);
+}
+
+void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
+                            const Tensor& v, const AdamWParams& params,
+                            const Tensor* param_copy) {
+  cpu_ref::adamw_step(param, grad, m, v, params, param_copy);
+}
+
+double CpuBackend::sum_squares(const Tensor& x) { return cpu_ref::sum_squares(x); }
+
+bool CpuBackend::all_finite(const Tensor& x) { return cpu_ref::all_finite(x); }
+
+std::unique_ptr<Backend> make_cpu_backend(bool reference) {
+  return std::make_unique<CpuBackend>(reference);
+}
+
+std::string describe_cpu_backend() {
+  const CpuInfo& cpu = cpu_info();
+  return fmt::format("cpu: optimized mode (running the reference kernels until optimized ones "
+                     "land; cpu-ref forces them), {}, {} cores, {}",
+                     cpu.model_name, cpu.cores, cpu.feature_list());
+}
+
+}  // namespace anvil

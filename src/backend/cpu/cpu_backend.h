@@ -1,0 +1,66 @@
+// The CPU backend: host memory (64-byte aligned) and the ops. It runs in one of two modes:
+// reference ("cpu-ref"), the plain loops of cpu/reference that define every op, and optimized
+// ("cpu"). Until optimized kernels land op by op, optimized mode calls the reference loops
+// too; each method is the single place where its op will choose between the two.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace anvil {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(bool reference) : reference_(reference) {}
+
+  std::string name() const override { return reference_ ? "cpu-ref" : "cpu"; }
+  // Returns whether this instance forces the reference loops.
+  bool reference() const { return reference_; }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) override;
+  Device device() const override { return Device{}; }
+
+  void copy_from_host(const Tensor& dst, const void* src) override;
+  void copy_to_host(void* dst, const Tensor& src) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill_zero(const Tensor& t) override;
+  void synchronize() override {}
+
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+              bool transpose_b, float alpha, float beta) override;
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
+                       const Tensor& rstd, float eps) override;
+  void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
+  void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
+                    const RopeParams& params) override;
+  void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                     const RopeParams& params) override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                         const Tensor& lse, const AttentionParams& params) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& dq,
+                          const Tensor& dk, const Tensor& dv,
+                          const AttentionParams& params) override;
+  void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                       const Tensor& dgate, const Tensor& dup) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void scale(const Tensor& x, float alpha) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void cast(const Tensor& src, const Tensor& dst) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
+                     int ignore_index, const Tensor& losses, const Tensor* dlogits,
+                     float grad_scale) override;
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWParams& params, const Tensor* param_copy) override;
+  double sum_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+
+ private:
+  bool reference_;
+};
+
+}  // namespace anvil

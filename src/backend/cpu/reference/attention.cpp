@@ -1,0 +1,172 @@
+// Reference scaled-dot-product attention (causal, GQA, sliding window, document mask) and its
+// flash-attention style backward. Layout (backend.h): q, out (B, T, Hq, D); k, v (B, T, Hkv, D);
+// lse (B, Hq, T) f32. Query head h reads kv head h / (Hq / Hkv). Each score is an f32 value
+// (double dot product times the scale); softmax sums and output sums run in double. A query with
+// no visible key gets out = 0 and lse = -inf, and contributes no gradient.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/reference/reference_ops.h"
+#include "backend/cpu/reference/tensor_io.h"
+#include "core/error.h"
+
+namespace anvil::cpu_ref {
+namespace {
+
+struct AttentionDims {
+  int64_t B, T, Hq, Hkv, D;
+  int64_t group;  // query heads per kv head
+  float scale;
+};
+
+AttentionDims check_attention_args(const char* op, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& out, const Tensor& lse,
+                                   const AttentionParams& params) {
+  check_tensor(q, op, "q", kActivationDtypes);
+  check_rank(q, op, "q", 4);
+  check_tensor(k, op, "k", kActivationDtypes);
+  check_rank(k, op, "k", 4);
+  AttentionDims d{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], 1, params.scale};
+  ANVIL_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0,
+              "[{}] query heads ({}) must be a multiple of kv heads ({})", op, d.Hq, d.Hkv);
+  d.group = d.Hq / d.Hkv;
+  const Shape kv_shape{d.B, d.T, d.Hkv, d.D};
+  check_tensor(k, op, "k", kActivationDtypes, kv_shape);
+  check_tensor(v, op, "v", kActivationDtypes, kv_shape);
+  check_tensor(out, op, "out", kActivationDtypes, q.shape);
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{d.B, d.Hq, d.T});
+  ANVIL_CHECK(params.window >= 0, "[{}] window must be >= 0, got {}", op, params.window);
+  if (params.doc_ids)
+    check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32}, Shape{d.B, d.T});
+  if (d.scale == 0.0f) d.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  return d;
+}
+
+// Returns whether query t of batch row b may attend to key s.
+bool visible(const AttentionParams& params, int64_t b, int64_t T, int64_t t, int64_t s) {
+  if (params.causal && s > t) return false;
+  if (params.window > 0 && (t - s >= params.window || s - t >= params.window)) return false;
+  if (params.doc_ids) {
+    const int32_t* doc = params.doc_ids->i32() + b * T;
+    if (doc[t] != doc[s]) return false;
+  }
+  return true;
+}
+
+// Returns the f32 score q_t . k_s * scale from rows of D floats.
+float score(const float* q_row, const float* k_row, int64_t D, float scale) {
+  double dot = 0.0;
+  for (int64_t i = 0; i < D; ++i) dot += static_cast<double>(q_row[i]) * k_row[i];
+  return static_cast<float>(dot) * scale;
+}
+
+// Returns the (T, D) slice of head h of batch row b of a (B, T, H, D) tensor as f32.
+std::vector<float> read_head(const Tensor& t, int64_t b, int64_t h) {
+  const int64_t T = t.shape[1], H = t.shape[2], D = t.shape[3];
+  std::vector<float> head(static_cast<size_t>(T * D));
+  for (int64_t s = 0; s < T; ++s)
+    for (int64_t i = 0; i < D; ++i) head[s * D + i] = load_float(t, ((b * T + s) * H + h) * D + i);
+  return head;
+}
+
+// Stores a (T, D) head slice into head h of batch row b of a (B, T, H, D) tensor.
+void write_head(const Tensor& t, int64_t b, int64_t h, const std::vector<double>& head) {
+  const int64_t T = t.shape[1], H = t.shape[2], D = t.shape[3];
+  for (int64_t s = 0; s < T; ++s)
+    for (int64_t i = 0; i < D; ++i)
+      store_float(t, ((b * T + s) * H + h) * D + i, static_cast<float>(head[s * D + i]));
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& lse, const AttentionParams& params) {
+  const AttentionDims d = check_attention_args("attention", q, k, v, out, lse, params);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < d.B * d.Hq; ++bh) {
+    const int64_t b = bh / d.Hq, h = bh % d.Hq, kvh = h / d.group;
+    const std::vector<float> qh = read_head(q, b, h);
+    const std::vector<float> kh = read_head(k, b, kvh);
+    const std::vector<float> vh = read_head(v, b, kvh);
+    std::vector<double> oh(static_cast<size_t>(d.T * d.D), 0.0);
+    std::vector<float> scores(static_cast<size_t>(d.T));
+    for (int64_t t = 0; t < d.T; ++t) {
+      float row_max = neg_inf;
+      for (int64_t s = 0; s < d.T; ++s) {
+        scores[s] = visible(params, b, d.T, t, s)
+                        ? score(&qh[t * d.D], &kh[s * d.D], d.D, d.scale)
+                        : neg_inf;
+        row_max = std::max(row_max, scores[s]);
+      }
+      float row_lse = neg_inf;
+      if (row_max != neg_inf) {
+        double sum = 0.0;
+        for (int64_t s = 0; s < d.T; ++s)
+          if (scores[s] != neg_inf) sum += std::exp(static_cast<double>(scores[s] - row_max));
+        row_lse = row_max + static_cast<float>(std::log(sum));
+        for (int64_t s = 0; s < d.T; ++s) {
+          if (scores[s] == neg_inf) continue;
+          const float p = std::exp(scores[s] - row_lse);
+          for (int64_t i = 0; i < d.D; ++i)
+            oh[t * d.D + i] += static_cast<double>(p) * vh[s * d.D + i];
+        }
+      }
+      lse.f32()[(b * d.Hq + h) * d.T + t] = row_lse;
+    }
+    write_head(out, b, h, oh);
+  }
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const AttentionParams& params) {
+  const char* op = "attention_backward";
+  const AttentionDims d = check_attention_args(op, q, k, v, out, lse, params);
+  check_tensor(dout, op, "dout", kActivationDtypes, q.shape);
+  check_tensor(dq, op, "dq", kActivationDtypes, q.shape);
+  check_tensor(dk, op, "dk", kActivationDtypes, k.shape);
+  check_tensor(dv, op, "dv", kActivationDtypes, v.shape);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // One task per kv head: it owns dk/dv of that head and dq of the query heads in its group.
+#pragma omp parallel for schedule(static)
+  for (int64_t bk = 0; bk < d.B * d.Hkv; ++bk) {
+    const int64_t b = bk / d.Hkv, kvh = bk % d.Hkv;
+    const std::vector<float> kh = read_head(k, b, kvh);
+    const std::vector<float> vh = read_head(v, b, kvh);
+    std::vector<double> dkh(static_cast<size_t>(d.T * d.D), 0.0);
+    std::vector<double> dvh(static_cast<size_t>(d.T * d.D), 0.0);
+    for (int64_t h = kvh * d.group; h < (kvh + 1) * d.group; ++h) {
+      const std::vector<float> qh = read_head(q, b, h);
+      const std::vector<float> oh = read_head(out, b, h);
+      const std::vector<float> doh = read_head(dout, b, h);
+      std::vector<double> dqh(static_cast<size_t>(d.T * d.D), 0.0);
+      for (int64_t t = 0; t < d.T; ++t) {
+        const float row_lse = lse.f32()[(b * d.Hq + h) * d.T + t];
+        if (row_lse == neg_inf) continue;
+        double delta = 0.0;  // D_t = dout_t . out_t
+        for (int64_t i = 0; i < d.D; ++i)
+          delta += static_cast<double>(doh[t * d.D + i]) * oh[t * d.D + i];
+        for (int64_t s = 0; s < d.T; ++s) {
+          if (!visible(params, b, d.T, t, s)) continue;
+          const float p = std::exp(score(&qh[t * d.D], &kh[s * d.D], d.D, d.scale) - row_lse);
+          double dp = 0.0;
+          for (int64_t i = 0; i < d.D; ++i)
+            dp += static_cast<double>(doh[t * d.D + i]) * vh[s * d.D + i];
+          const double ds = p * (dp - delta) * d.scale;
+          for (int64_t i = 0; i < d.D; ++i) {
+            dqh[t * d.D + i] += ds * kh[s * d.D + i];
+            dkh[s * d.D + i] += ds * qh[t * d.D + i];
+            dvh[s * d.D + i] += static_cast<double>(p) * doh[t * d.D + i];
+          }
+        }
+      }
+      write_head(dq, b, h, dqh);
+    }
+    write_head(dk, b, kvh, dkh);
+    write_head(dv, b, kvh, dvh);
+  }
+}
+
+}  // namespace anvil::cpu_ref

@@ -1,0 +1,52 @@
+// Reference embedding lookup and its scatter-add backward. Every id is validated before any
+// output is touched, so a bad id leaves out/dtable unchanged. The backward adds rows in id
+// order, so repeated ids accumulate deterministically.
+#include "backend/cpu/reference/reference_ops.h"
+#include "backend/cpu/reference/tensor_io.h"
+#include "core/error.h"
+
+namespace anvil::cpu_ref {
+namespace {
+
+// Throws "[embedding] token id 70000 out of range [0, 32000) at position 3" for a bad id.
+void check_ids(const Tensor& ids, int64_t vocab) {
+  const int32_t* id = ids.i32();
+  for (int64_t n = 0; n < ids.numel(); ++n)
+    ANVIL_CHECK(id[n] >= 0 && id[n] < vocab,
+                "[embedding] token id {} out of range [0, {}) at position {}", id[n], vocab, n);
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  check_tensor(ids, "embedding", "ids", {DType::i32});
+  check_rank(ids, "embedding", "ids", 1);
+  check_tensor(table, "embedding", "table", kActivationDtypes);
+  check_rank(table, "embedding", "table", 2);
+  const int64_t N = ids.shape[0], V = table.shape[0], C = table.shape[1];
+  check_tensor(out, "embedding", "out", kActivationDtypes, Shape{N, C});
+  check_ids(ids, V);
+  const int32_t* id = ids.i32();
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<float> row = read_floats(table, id[n] * C, C);
+    write_floats(out, n * C, C, row.data());
+  }
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  check_tensor(ids, "embedding_backward", "ids", {DType::i32});
+  check_rank(ids, "embedding_backward", "ids", 1);
+  check_tensor(dtable, "embedding_backward", "dtable", {DType::f32});
+  check_rank(dtable, "embedding_backward", "dtable", 2);
+  const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
+  check_tensor(dout, "embedding_backward", "dout", kActivationDtypes, Shape{N, C});
+  check_ids(ids, V);
+  const int32_t* id = ids.i32();
+  float* table = dtable.f32();
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<float> row = read_floats(dout, n * C, C);
+    for (int64_t c = 0; c < C; ++c) table[id[n] * C + c] += row[c];
+  }
+}
+
+}  // namespace anvil::cpu_ref

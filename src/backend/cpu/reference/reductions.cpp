@@ -1,0 +1,27 @@
+// Reference reductions: the sum of squares behind the global gradient norm (double, element
+// order) and the all-finite check behind loss-scale overflow detection.
+#include <cmath>
+
+#include "backend/cpu/reference/reference_ops.h"
+#include "backend/cpu/reference/tensor_io.h"
+
+namespace anvil::cpu_ref {
+
+double sum_squares(const Tensor& x) {
+  check_tensor(x, "sum_squares", "x", kFloatDtypes);
+  double sum = 0.0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double value = load_float(x, i);
+    sum += value * value;
+  }
+  return sum;
+}
+
+bool all_finite(const Tensor& x) {
+  check_tensor(x, "all_finite", "x", kFloatDtypes);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!std::isfinite(load_float(x, i))) return false;
+  return true;
+}
+
+}  // namespace anvil::cpu_ref

@@ -1,0 +1,66 @@
+// Reference RMSNorm (no mean subtraction, no bias), forward and backward. Statistics are f32
+// values with double sums; the forward multiplies in Hugging Face's order, weight * (x * rstd),
+// so f32 results match LlamaRMSNorm. The backward accumulates (+=) into dx and dweight.
+#include <cmath>
+
+#include "backend/cpu/reference/reference_ops.h"
+#include "backend/cpu/reference/tensor_io.h"
+#include "core/error.h"
+
+namespace anvil::cpu_ref {
+
+void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                     float eps) {
+  check_tensor(x, "rmsnorm", "x", kActivationDtypes);
+  check_rank(x, "rmsnorm", "x", 2);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  check_tensor(weight, "rmsnorm", "weight", kActivationDtypes, Shape{C});
+  check_tensor(out, "rmsnorm", "out", kActivationDtypes, Shape{N, C});
+  check_tensor(rstd, "rmsnorm", "rstd", {DType::f32}, Shape{N});
+  ANVIL_CHECK(C > 0, "[rmsnorm] rows must not be empty");
+  const std::vector<float> w = read_floats(weight);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<float> row = read_floats(x, n * C, C);
+    double sum_sq = 0.0;
+    for (float value : row) sum_sq += static_cast<double>(value) * value;
+    const float mean_sq = static_cast<float>(sum_sq / static_cast<double>(C));
+    const float r = 1.0f / std::sqrt(mean_sq + eps);
+    for (int64_t c = 0; c < C; ++c) row[c] = w[c] * (row[c] * r);
+    write_floats(out, n * C, C, row.data());
+    rstd.f32()[n] = r;
+  }
+}
+
+void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+  check_tensor(x, "rmsnorm_backward", "x", kActivationDtypes);
+  check_rank(x, "rmsnorm_backward", "x", 2);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  check_tensor(dout, "rmsnorm_backward", "dout", kActivationDtypes, Shape{N, C});
+  check_tensor(weight, "rmsnorm_backward", "weight", kActivationDtypes, Shape{C});
+  check_tensor(rstd, "rmsnorm_backward", "rstd", {DType::f32}, Shape{N});
+  check_tensor(dx, "rmsnorm_backward", "dx", kActivationDtypes, Shape{N, C});
+  check_tensor(dweight, "rmsnorm_backward", "dweight", {DType::f32}, Shape{C});
+  const std::vector<float> w = read_floats(weight);
+  std::vector<double> dweight_sum(static_cast<size_t>(C), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<float> xr = read_floats(x, n * C, C);
+    const std::vector<float> g = read_floats(dout, n * C, C);
+    std::vector<float> dxr = read_floats(dx, n * C, C);
+    const float r = rstd.f32()[n];
+    // d(x * r)/dx = r * (I - x x^T r^2 / C): project the upstream g * w off x.
+    double dot = 0.0;
+    for (int64_t c = 0; c < C; ++c) dot += static_cast<double>(g[c] * w[c]) * xr[c];
+    const float coeff = static_cast<float>(dot / static_cast<double>(C) * r * r * r);
+    for (int64_t c = 0; c < C; ++c) {
+      dxr[c] += r * (g[c] * w[c]) - xr[c] * coeff;
+      dweight_sum[c] += static_cast<double>(g[c]) * (xr[c] * r);
+    }
+    write_floats(dx, n * C, C, dxr.data());
+  }
+  for (int64_t c = 0; c < C; ++c)
+    dweight.f32()[c] += static_cast<float>(dweight_sum[c]);
+}
+
+}  // namespace anvil::cpu_ref

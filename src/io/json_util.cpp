@@ -1,0 +1,91 @@
+// Strict JSON parsing: a parser callback tracks the keys of every open object and the depth.
+#include "io/json_util.h"
+
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+using nlohmann::json;
+
+// Bounds the text quoted from a file so messages stay one readable line.
+constexpr size_t kMaxQuotedChars = 240;
+
+class StrictJsonGuard {
+ public:
+  StrictJsonGuard(const std::string& subject, int max_depth, std::string_view top_level_noun)
+      : subject_(subject), max_depth_(max_depth), top_level_noun_(top_level_noun) {}
+
+  bool operator()(int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        ANVIL_CHECK(depth <= max_depth_, "{} nests deeper than {} levels{}", subject_,
+                    max_depth_ + 1, context());
+        if (event == json::parse_event_t::object_start) open_.push_back({});
+        break;
+      case json::parse_event_t::object_end:
+        open_.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        std::string key = parsed.get<std::string>();
+        if (open_.size() == 1) {
+          ANVIL_CHECK(open_.back().keys.insert(key).second, "{} has duplicate {} '{}'", subject_,
+                      top_level_noun_, quote_for_message(key));
+        } else {
+          ANVIL_CHECK(open_.back().keys.insert(key).second, "{} has duplicate key '{}'{}",
+                      subject_, quote_for_message(key), context());
+        }
+        open_.back().last_key = std::move(key);
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct OpenObject {
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+
+  // Returns " in 'outer'" naming the top-level key being parsed, or "" at the top level.
+  std::string context() const {
+    if (open_.empty() || open_.front().last_key.empty()) return "";
+    return fmt::format(" in '{}'", quote_for_message(open_.front().last_key));
+  }
+
+  const std::string& subject_;
+  int max_depth_;
+  std::string_view top_level_noun_;
+  std::vector<OpenObject> open_;
+};
+
+}  // namespace
+
+std::string quote_for_message(std::string_view text) {
+  std::string out;
+  for (char c : text.substr(0, kMaxQuotedChars)) {
+    const auto byte = static_cast<unsigned char>(c);
+    out += (byte < 0x20 || byte == 0x7f) ? '?' : c;
+  }
+  if (text.size() > kMaxQuotedChars) out += "...";
+  return out;
+}
+
+json parse_json_strict(std::string_view text, const std::string& subject, int max_depth,
+                       std::string_view top_level_noun) {
+  StrictJsonGuard guard(subject, max_depth, top_level_noun);
+  try {
+    return json::parse(text.begin(), text.end(), std::ref(guard));
+  } catch (const json::exception& e) {
+    ANVIL_FAIL("{} is not valid JSON ({})", subject, quote_for_message(e.what()));
+  }
+}
+
+}  // namespace anvil

@@ -1,0 +1,131 @@
+// Argument validation: every backend must reject bad ids, shapes and dtypes with anvil::Error
+// (one clear "[op] ..." line) instead of crashing or writing garbage, and must leave outputs
+// untouched when it rejects an id.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "op_driver.h"
+
+namespace anvil::test {
+namespace {
+
+// Returns the message of the anvil::Error that fn throws, or "" when it does not throw.
+template <typename Fn>
+std::string error_message(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+HostTensor zeros(DType dtype, Shape shape) {
+  return HostTensor{dtype, shape, std::vector<double>(static_cast<size_t>(shape.numel()), 0.0)};
+}
+
+TEST(BadInput, OutOfRangeTokenIdsAreRejectedBeforeWriting) {
+  for (const auto& backend : available_backends()) {
+    Workspace ws(*backend);
+    Rng rng(1);
+    const Tensor table = ws.upload("table", random_tensor(rng, DType::f32, Shape{32000, 4}));
+    const Tensor ids = ws.upload("ids", int_tensor(Shape{3}, {5, 31999, 70000}));
+    const Tensor out = ws.upload("out", zeros(DType::f32, Shape{3, 4}));
+    const std::string message =
+        error_message([&] { backend->embedding_forward(ids, table, out); });
+    EXPECT_NE(message.find("[embedding] token id 70000 out of range [0, 32000)"), std::string::npos)
+        << backend->name() << ": " << message;
+    for (double v : ws.download("out")) EXPECT_EQ(v, 0.0) << backend->name() << " wrote output";
+
+    const Tensor negative = ws.upload("negative", int_tensor(Shape{1}, {-1}));
+    EXPECT_THROW(backend->embedding_forward(negative, table, out.slice(0, 1)), Error);
+    const Tensor dtable = ws.upload("dtable", zeros(DType::f32, Shape{32000, 4}));
+    EXPECT_THROW(backend->embedding_backward(ids, out, dtable), Error);
+    std::printf("[ops] bad input on %s: embedding ids 70000 and -1 rejected: %s\n",
+                backend->name().c_str(), message.c_str());
+  }
+}
+
+TEST(BadInput, CrossEntropyTargetOutOfRange) {
+  for (const auto& backend : available_backends()) {
+    Workspace ws(*backend);
+    const Tensor logits = ws.upload("logits", zeros(DType::f32, Shape{2, 37}));
+    const Tensor targets = ws.upload("targets", int_tensor(Shape{2}, {3, 70000}));
+    const Tensor losses = ws.upload("losses", zeros(DType::f32, Shape{2}));
+    const std::string message = error_message(
+        [&] { backend->cross_entropy(logits, targets, nullptr, -100, losses, nullptr, 1.0f); });
+    EXPECT_NE(message.find("[cross_entropy] target 70000 out of range [0, 37)"), std::string::npos)
+        << backend->name() << ": " << message;
+    const Tensor negative = ws.upload("negative", int_tensor(Shape{2}, {3, -5}));
+    EXPECT_THROW(backend->cross_entropy(logits, negative, nullptr, -100, losses, nullptr, 1.0f),
+                 Error);
+  }
+}
+
+TEST(BadInput, ShapeAndDtypeMismatches) {
+  for (const auto& backend : available_backends()) {
+    Workspace ws(*backend);
+    Backend& be = *backend;
+    const DType f32 = DType::f32, bf16 = DType::bf16;
+    const Tensor a = ws.upload("a", zeros(f32, Shape{4, 5}));
+    const Tensor b = ws.upload("b", zeros(f32, Shape{6, 3}));
+    const Tensor b_bf16 = ws.upload("b_bf16", zeros(bf16, Shape{5, 3}));
+    const Tensor c = ws.upload("c", zeros(f32, Shape{4, 3}));
+    EXPECT_THROW(be.matmul(a, b, c, false, false), Error);       // K: 5 vs 6
+    EXPECT_THROW(be.matmul(a, b_bf16, c, false, false), Error);  // a f32, b bf16
+    EXPECT_THROW(be.matmul(a, b, c, true, true), Error);         // c is not (5, 6)
+    EXPECT_THROW(be.matmul(a.view(Shape{20}), b, c, false, false), Error);  // rank 1
+
+    const Tensor x = ws.upload("x", zeros(f32, Shape{3, 8}));
+    const Tensor weight = ws.upload("weight", zeros(f32, Shape{7}));
+    const Tensor rstd = ws.upload("rstd", zeros(f32, Shape{3}));
+    EXPECT_THROW(be.rmsnorm_forward(x, weight, x, rstd, 1e-5f), Error);
+
+    const Tensor odd = ws.upload("odd", zeros(f32, Shape{1, 2, 1, 5}));
+    const Tensor positions = ws.upload("positions", int_tensor(Shape{1, 2}, {0, 1}));
+    EXPECT_THROW(be.rope_forward(odd, odd, positions, RopeParams{}), Error);  // odd head_dim
+    const Tensor heads = ws.upload("heads", zeros(f32, Shape{1, 3, 1, 4}));
+    EXPECT_THROW(be.rope_forward(heads, heads, positions, RopeParams{}), Error);  // T 3 vs 2
+
+    const Tensor q = ws.upload("q", zeros(f32, Shape{1, 4, 3, 8}));
+    const Tensor kv = ws.upload("kv", zeros(f32, Shape{1, 4, 2, 8}));
+    const Tensor lse = ws.upload("lse", zeros(f32, Shape{1, 3, 4}));
+    EXPECT_THROW(be.attention_forward(q, kv, kv, q, lse, AttentionParams{}), Error);  // 3 % 2
+    const Tensor q4 = ws.upload("q4", zeros(f32, Shape{1, 4, 4, 8}));
+    const Tensor lse4 = ws.upload("lse4", zeros(f32, Shape{1, 4, 4}));
+    const Tensor doc_f32 = ws.upload("doc_f32", zeros(f32, Shape{1, 4}));
+    AttentionParams with_float_docs;
+    with_float_docs.doc_ids = &doc_f32;
+    EXPECT_THROW(be.attention_forward(q4, kv, kv, q4, lse4, with_float_docs), Error);
+    EXPECT_THROW(be.attention_forward(q4, kv, kv, q4, lse, AttentionParams{}), Error);  // lse
+
+    EXPECT_THROW(be.swiglu_forward(x, a, x), Error);
+    EXPECT_THROW(be.add(x, a, x), Error);
+    const Tensor ints = ws.upload("ints", int_tensor(Shape{3}, {1, 2, 3}));
+    EXPECT_THROW(be.cast(rstd, ints), Error);
+    EXPECT_THROW(be.sum_squares(ints), Error);
+    EXPECT_THROW(be.copy(x, rstd), Error);  // 96 vs 12 bytes
+
+    const Tensor param = ws.upload("param", zeros(f32, Shape{8}));
+    const Tensor short_grad = ws.upload("short_grad", zeros(f32, Shape{7}));
+    EXPECT_THROW(be.adamw_step(param, short_grad, param, param, AdamWParams{}, nullptr), Error);
+    std::printf("[ops] bad input on %s: matmul, rmsnorm, rope, attention, swiglu, add, cast, "
+                "sum_squares, copy and adamw mismatches rejected\n", be.name().c_str());
+  }
+}
+
+TEST(BadInput, CpuBackendsRejectDeviceTensors) {
+  for (const auto& backend : available_backends()) {
+    if (!backend->device().is_cpu()) continue;
+    Workspace ws(*backend);
+    Tensor x = ws.upload("x", zeros(DType::f32, Shape{4}));
+    x.device = Device{DeviceType::cuda, 0};
+    EXPECT_THROW(backend->scale(x, 2.0f), Error) << backend->name();
+    EXPECT_THROW(backend->fill_zero(x), Error) << backend->name();
+  }
+}
+
+}  // namespace
+}  // namespace anvil::test

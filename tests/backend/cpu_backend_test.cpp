@@ -1,0 +1,92 @@
+// The registry, the CPU backend's memory functions, and RoPE's inverse frequencies checked
+// bit for bit against values PyTorch computed (the op driver checks the rest of RoPE).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/reference/reference_ops.h"
+#include "core/cpu_info.h"
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+TEST(Registry, NamesAndDescriptions) {
+  const std::vector<std::string> names = compiled_backends();
+  EXPECT_NE(std::find(names.begin(), names.end(), "cpu"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "cpu-ref"), names.end());
+  EXPECT_EQ(make_backend("cpu")->name(), "cpu");
+  EXPECT_EQ(make_backend("cpu-ref")->name(), "cpu-ref");
+  try {
+    make_backend("tpu");
+    FAIL() << "unknown backend accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu, cpu-ref or cuda"), std::string::npos) << e.what();
+  }
+  const std::string cpu = describe_backends().at(0);
+  std::printf("[backend] %s\n", cpu.c_str());
+  EXPECT_EQ(cpu.rfind("cpu: ", 0), 0u) << cpu;
+  EXPECT_NE(cpu.find(cpu_info().model_name), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find(cpu_info().feature_list()), std::string::npos) << cpu;
+}
+
+TEST(CpuBackend, MemoryIsAlignedAndCopiesRoundTrip) {
+  for (const char* name : {"cpu", "cpu-ref"}) {
+    std::unique_ptr<Backend> backend = make_backend(name);
+    EXPECT_TRUE(backend->device().is_cpu());
+    Buffer a(*backend, 100 * sizeof(float)), b(*backend, 100 * sizeof(float));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 64, 0u);
+    const Tensor ta = a.as(DType::f32, Shape{100}), tb = b.as(DType::f32, Shape{100});
+    std::vector<float> host(100), back(100, -1.0f);
+    for (int i = 0; i < 100; ++i) host[i] = 0.5f * static_cast<float>(i);
+    backend->copy_from_host(ta, host.data());
+    backend->copy(tb, ta);
+    backend->copy_to_host(back.data(), tb);
+    backend->synchronize();
+    EXPECT_EQ(back, host);
+    backend->fill_zero(tb.slice(10, 20));
+    backend->copy_to_host(back.data(), tb);
+    EXPECT_EQ(back[9], 4.5f);
+    EXPECT_EQ(back[10], 0.0f);
+    EXPECT_EQ(back[19], 0.0f);
+    EXPECT_EQ(back[20], 10.0f);
+    EXPECT_THROW(backend->copy(ta.slice(0, 50), tb), Error);
+  }
+}
+
+// Returns the float with the given bit pattern.
+float from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Bit patterns printed by PyTorch 1.13 (f32 CPU) running transformers' rope initialisation:
+//   inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+// and, for "llama3", _compute_llama3_parameters on that inv (factor 8, low 1, high 4,
+// original_max_position_embeddings 8192); printed with inv.numpy().view(numpy.uint32).
+TEST(Rope, InverseFrequenciesMatchPyTorchBits) {
+  const std::vector<uint32_t> default_bits = {0x3f800000, 0x3e5c9d35, 0x3d3e1e95,
+                                               0x3c23d70a, 0x3b0d3169, 0x39f35a5c};
+  const std::vector<float> got_default = cpu_ref::rope_inv_freq(12, RopeParams{});
+  ASSERT_EQ(got_default.size(), default_bits.size());
+  for (size_t i = 0; i < default_bits.size(); ++i)
+    EXPECT_EQ(got_default[i], from_bits(default_bits[i])) << "default i=" << i;
+
+  RopeParams llama3;
+  llama3.theta = 500000.0f;
+  llama3.scaling_factor = 8.0f;
+  const std::vector<uint32_t> llama3_bits = {0x3f800000, 0x3e4693b0, 0x3d1a08c8, 0x3beef74f,
+                                              0x3a0995d2, 0x380fc8f8, 0x36df10c4, 0x35ad07a7};
+  const std::vector<float> got_llama3 = cpu_ref::rope_inv_freq(16, llama3);
+  ASSERT_EQ(got_llama3.size(), llama3_bits.size());
+  for (size_t i = 0; i < llama3_bits.size(); ++i)
+    EXPECT_EQ(got_llama3[i], from_bits(llama3_bits[i])) << "llama3 i=" << i;
+}
+
+}  // namespace
+}  // namespace anvil
