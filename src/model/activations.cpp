@@ -1,0 +1,103 @@
+// Carving and per-step sizing of the model's activation buffers.
+#include "model/activations.h"
+
+namespace anvil {
+
+Tensor leading_rows(const Tensor& flat, int64_t rows, int64_t cols) {
+  return flat.flat(0, rows * cols).view(Shape{rows, cols});
+}
+
+namespace {
+
+Tensor per_head(const Tensor& flat, StepDims dims, int heads, int head_dim) {
+  return flat.flat(0, dims.rows() * heads * head_dim)
+      .view(Shape{dims.batch, dims.seq, heads, head_dim});
+}
+
+}  // namespace
+
+LayerActivations LayerActivations::sized(const LlamaConfig& config, StepDims dims) const {
+  const int64_t n = dims.rows(), c = config.dim, f = config.ffn_dim;
+  const int d = config.resolved_head_dim();
+  LayerActivations s;
+  s.attn_norm_out = leading_rows(attn_norm_out, n, c);
+  s.attn_rstd = attn_rstd.flat(0, n);
+  s.q = per_head(q, dims, config.n_heads, d);
+  s.k = per_head(k, dims, config.n_kv_heads, d);
+  s.v = per_head(v, dims, config.n_kv_heads, d);
+  s.attn_out = per_head(attn_out, dims, config.n_heads, d);
+  s.attn_lse =
+      attn_lse.flat(0, n * config.n_heads).view(Shape{dims.batch, config.n_heads, dims.seq});
+  s.resid_mid = leading_rows(resid_mid, n, c);
+  s.mlp_norm_out = leading_rows(mlp_norm_out, n, c);
+  s.mlp_rstd = mlp_rstd.flat(0, n);
+  s.gate = leading_rows(gate, n, f);
+  s.up = leading_rows(up, n, f);
+  s.swiglu_out = leading_rows(swiglu_out, n, f);
+  return s;
+}
+
+BackwardScratch BackwardScratch::sized(const LlamaConfig& config, StepDims dims) const {
+  const int64_t n = dims.rows(), c = config.dim, f = config.ffn_dim;
+  const int d = config.resolved_head_dim();
+  BackwardScratch s;
+  s.d_residual = leading_rows(d_residual, n, c);
+  s.d_norm_out = leading_rows(d_norm_out, n, c);
+  s.d_attn_out = per_head(d_attn_out, dims, config.n_heads, d);
+  s.dq = per_head(dq, dims, config.n_heads, d);
+  s.dk = per_head(dk, dims, config.n_kv_heads, d);
+  s.dv = per_head(dv, dims, config.n_kv_heads, d);
+  s.d_swiglu = leading_rows(d_swiglu, n, f);
+  s.d_gate = leading_rows(d_gate, n, f);
+  s.d_up = leading_rows(d_up, n, f);
+  return s;
+}
+
+void ModelActivations::carve(Arena& arena, const LlamaConfig& config, int max_batch,
+                             int64_t max_rows, int layer_sets, int64_t logits_chunk_rows) {
+  const int64_t n = max_rows, c = config.dim, f = config.ffn_dim;
+  const int64_t q_dim = config.q_dim(), kv_dim = config.kv_dim();
+  auto f32 = [&](int64_t numel) { return arena.take(DType::f32, Shape{numel}); };
+  auto i32 = [&](int64_t numel) { return arena.take(DType::i32, Shape{numel}); };
+
+  residual.clear();
+  for (int l = 0; l <= config.n_layers; ++l) residual.push_back(f32(n * c));
+  layers.assign(layer_sets, LayerActivations{});
+  for (LayerActivations& a : layers) {
+    a.attn_norm_out = f32(n * c);
+    a.attn_rstd = f32(n);
+    a.q = f32(n * q_dim);
+    a.k = f32(n * kv_dim);
+    a.v = f32(n * kv_dim);
+    a.attn_out = f32(n * q_dim);
+    a.attn_lse = f32(n * config.n_heads);
+    a.resid_mid = f32(n * c);
+    a.mlp_norm_out = f32(n * c);
+    a.mlp_rstd = f32(n);
+    a.gate = f32(n * f);
+    a.up = f32(n * f);
+    a.swiglu_out = f32(n * f);
+  }
+  scratch.d_residual = f32(n * c);
+  scratch.d_norm_out = f32(n * c);
+  scratch.d_attn_out = f32(n * q_dim);
+  scratch.dq = f32(n * q_dim);
+  scratch.dk = f32(n * kv_dim);
+  scratch.dv = f32(n * kv_dim);
+  scratch.d_swiglu = f32(n * f);
+  scratch.d_gate = f32(n * f);
+  scratch.d_up = f32(n * f);
+  final_norm_out = f32(n * c);
+  final_rstd = f32(n);
+  logits = f32(logits_chunk_rows * config.vocab_size);
+  losses = f32(n);
+  last_hidden = f32(int64_t{max_batch} * c);
+  tokens = i32(n);
+  targets = i32(n);
+  loss_mask = f32(n);
+  doc_ids = i32(n);
+  positions = i32(n);
+  ones = f32(config.attention_bias ? n : 1);
+}
+
+}  // namespace anvil

@@ -1,0 +1,85 @@
+// The activation memory of a LlamaModel, carved once from an Arena for (max_batch, max_seq).
+// Buffers hold capacity for N = max_batch * max_seq rows; each step takes views of the first
+// B * T rows with their real shapes (sized()), which stay contiguous because only the leading
+// dimension shrinks. Saved activations are per layer, or one shared set when activation
+// checkpointing (or inference) recomputes them; the backward scratch is shared by all layers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/arena.h"
+#include "model/llama_config.h"
+
+namespace anvil {
+
+// The (B, T) of the current step.
+struct StepDims {
+  int batch = 0;
+  int seq = 0;
+  int64_t rows() const { return int64_t{batch} * seq; }
+};
+
+// What one layer's forward saves for its backward. Shapes as returned by sized().
+struct LayerActivations {
+  Tensor attn_norm_out;  // (N, C) rmsnorm(x) * attn_norm
+  Tensor attn_rstd;      // (N) f32
+  Tensor q;              // (B, T, Hq, D) after rope
+  Tensor k;              // (B, T, Hkv, D) after rope
+  Tensor v;              // (B, T, Hkv, D)
+  Tensor attn_out;       // (B, T, Hq, D)
+  Tensor attn_lse;       // (B, Hq, T) f32
+  Tensor resid_mid;      // (N, C) x + o_proj(attn_out)
+  Tensor mlp_norm_out;   // (N, C)
+  Tensor mlp_rstd;       // (N) f32
+  Tensor gate;           // (N, F)
+  Tensor up;             // (N, F)
+  Tensor swiglu_out;     // (N, F) silu(gate) * up
+
+  // Returns views of the first dims.rows() rows with the shapes documented above.
+  LayerActivations sized(const LlamaConfig& config, StepDims dims) const;
+};
+
+// Gradients of activations, overwritten layer after layer during backward.
+struct BackwardScratch {
+  Tensor d_residual;  // (N, C) gradient of the residual stream flowing down the layers
+  Tensor d_norm_out;  // (N, C) gradient of an rmsnorm output
+  Tensor d_attn_out;  // (B, T, Hq, D)
+  Tensor dq;          // (B, T, Hq, D)
+  Tensor dk;          // (B, T, Hkv, D)
+  Tensor dv;          // (B, T, Hkv, D)
+  Tensor d_swiglu;    // (N, F)
+  Tensor d_gate;      // (N, F)
+  Tensor d_up;        // (N, F)
+
+  // Returns views of the first dims.rows() rows with the shapes documented above.
+  BackwardScratch sized(const LlamaConfig& config, StepDims dims) const;
+};
+
+// Everything a LlamaModel computes into, carved from one arena.
+struct ModelActivations {
+  std::vector<Tensor> residual;  // n_layers + 1 of (N, C): embeddings, then each layer's output
+  std::vector<LayerActivations> layers;  // n_layers sets, or 1 when recomputed
+  BackwardScratch scratch;
+  Tensor final_norm_out;  // (N, C)
+  Tensor final_rstd;      // (N) f32
+  Tensor logits;          // (logits_chunk_rows, V) f32, also the dlogits of that chunk
+  Tensor losses;          // (N) f32
+  Tensor last_hidden;     // (max_batch, C) last position of each row, for generation
+  Tensor tokens;          // (N) i32 device copy of the input ids
+  Tensor targets;         // (N) i32
+  Tensor loss_mask;       // (N) f32
+  Tensor doc_ids;         // (N) i32
+  Tensor positions;       // (N) i32
+  Tensor ones;            // (N) f32 all ones: the broadcast operand of bias add and bias grad
+
+  // Carves every tensor for `config` at capacity `max_rows` (B * T); `layer_sets` is the
+  // number of saved-activation sets.
+  void carve(Arena& arena, const LlamaConfig& config, int max_batch, int64_t max_rows,
+             int layer_sets, int64_t logits_chunk_rows);
+};
+
+// Returns rows [0, rows) of a flat capacity tensor viewed as (rows, cols).
+Tensor leading_rows(const Tensor& flat, int64_t rows, int64_t cols);
+
+}  // namespace anvil

@@ -1,0 +1,39 @@
+// Arena: one device allocation carved into many tensors, made once when a model is built.
+// build() runs a carve function twice: first to measure (views have null data), then, after
+// the single allocation, to hand out real views at the same offsets. Nothing is freed or
+// allocated afterwards, so a training step performs no allocation at all.
+#pragma once
+
+#include <cstddef>
+
+#include "core/buffer.h"
+
+namespace anvil {
+
+class Arena {
+ public:
+  // Measures with `carve(*this)`, allocates once from `allocator`, then carves for real.
+  template <typename CarveFn>
+  void build(Allocator& allocator, CarveFn&& carve) {
+    measuring_ = true;
+    offset_ = 0;
+    carve(*this);
+    buffer_ = Buffer(allocator, offset_ > 0 ? offset_ : kAlignment);
+    measuring_ = false;
+    offset_ = 0;
+    carve(*this);
+  }
+
+  // Returns the next view of `shape`, aligned to kAlignment bytes (null data while measuring).
+  Tensor take(DType dtype, Shape shape);
+  // Returns the bytes the arena holds.
+  size_t bytes() const { return buffer_.bytes(); }
+
+ private:
+  static constexpr size_t kAlignment = 256;
+  Buffer buffer_;
+  size_t offset_ = 0;
+  bool measuring_ = true;
+};
+
+}  // namespace anvil

@@ -1,0 +1,67 @@
+// Attention half of a Llama layer: rmsnorm, q/k/v projections (+ Qwen2 bias), rotate-half
+// RoPE, GQA causal attention (optional document mask), o projection and the residual add.
+#include "model/attention_block.h"
+
+#include "model/linear.h"
+
+namespace anvil {
+
+void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
+                           LayerActivations& a) {
+  Backend& backend = *ctx.backend;
+  backend.rmsnorm_forward(x, w.attn_norm, a.attn_norm_out, a.attn_rstd, ctx.config->norm_eps);
+  linear_forward(backend, a.attn_norm_out, w.wq, a.q);
+  linear_forward(backend, a.attn_norm_out, w.wk, a.k);
+  linear_forward(backend, a.attn_norm_out, w.wv, a.v);
+  if (ctx.config->attention_bias) {
+    bias_add_forward(backend, ctx.ones, w.bq, a.q);
+    bias_add_forward(backend, ctx.ones, w.bk, a.k);
+    bias_add_forward(backend, ctx.ones, w.bv, a.v);
+  }
+  backend.rope_forward(a.q, a.q, ctx.positions, ctx.rope);
+  backend.rope_forward(a.k, a.k, ctx.positions, ctx.rope);
+}
+
+void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
+                              LayerActivations& a) {
+  Backend& backend = *ctx.backend;
+  linear_forward(backend, a.attn_out, w.wo, a.resid_mid);
+  backend.add(a.resid_mid, x, a.resid_mid);
+}
+
+void attention_block_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
+                             LayerActivations& a) {
+  attention_qkv_forward(ctx, w, x, a);
+  ctx.backend->attention_forward(a.q, a.k, a.v, a.attn_out, a.attn_lse, ctx.attention());
+  attention_output_forward(ctx, w, x, a);
+}
+
+void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
+                              const Tensor& x, const LayerActivations& a,
+                              const BackwardScratch& s) {
+  Backend& backend = *ctx.backend;
+  // o_proj: d_attn_out (B,T,Hq,D) =, dWo +=.
+  linear_backward_input(backend, s.d_residual, w.wo, s.d_attn_out, false);
+  linear_backward_weight(backend, s.d_residual, a.attn_out, g.wo);
+  // attention: dq, dk, dv =; then undo the rotation in place.
+  backend.attention_backward(s.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, s.dq, s.dk, s.dv,
+                             ctx.attention());
+  backend.rope_backward(s.dq, s.dq, ctx.positions, ctx.rope);
+  backend.rope_backward(s.dk, s.dk, ctx.positions, ctx.rope);
+  if (ctx.config->attention_bias) {
+    bias_backward(backend, ctx.ones, s.dq, g.bq);
+    bias_backward(backend, ctx.ones, s.dk, g.bk);
+    bias_backward(backend, ctx.ones, s.dv, g.bv);
+  }
+  // projections: d_norm_out (N,C) = dq Wq + dk Wk + dv Wv; dWq, dWk, dWv +=.
+  linear_backward_input(backend, s.dq, w.wq, s.d_norm_out, false);
+  linear_backward_input(backend, s.dk, w.wk, s.d_norm_out, true);
+  linear_backward_input(backend, s.dv, w.wv, s.d_norm_out, true);
+  linear_backward_weight(backend, s.dq, a.attn_norm_out, g.wq);
+  linear_backward_weight(backend, s.dk, a.attn_norm_out, g.wk);
+  linear_backward_weight(backend, s.dv, a.attn_norm_out, g.wv);
+  // rmsnorm: d_residual += dL/dx through the norm (it already holds the residual path).
+  backend.rmsnorm_backward(s.d_norm_out, x, w.attn_norm, a.attn_rstd, s.d_residual, g.attn_norm);
+}
+
+}  // namespace anvil

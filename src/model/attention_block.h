@@ -1,0 +1,31 @@
+// The attention half of a Llama layer, as explicit forward and backward functions:
+//   resid_mid = x + o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))
+//   with n = rmsnorm(x) * input_layernorm.weight.
+// Shapes: x, resid_mid (N, C) with N = B*T rows; q/attn_out (B, T, Hq, D); k, v (B, T, Hkv, D).
+// Gradient convention: parameter gradients are always accumulated (+=); activation gradients
+// say = or += per argument.
+#pragma once
+
+#include "model/activations.h"
+#include "model/block_context.h"
+#include "model/llama_parameters.h"
+
+namespace anvil {
+
+// Computes a.attn_norm_out, a.attn_rstd and a.q, a.k, a.v (rope applied to q and k) from
+// x (N, C). Shared by training and by KV-cache decoding.
+void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
+                           LayerActivations& a);
+// Computes a.resid_mid (N, C) = x + a.attn_out @ Wo^T.
+void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
+                              LayerActivations& a);
+// Runs the whole attention half: qkv, causal attention into a.attn_out/a.attn_lse, output.
+void attention_block_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
+                             LayerActivations& a);
+// Backward of attention_block_forward. On entry s.d_residual (N, C) holds dL/d resid_mid; on
+// exit it holds dL/dx (the residual path plus the norm path, +=). Parameter grads g +=.
+// Uses s.d_attn_out, s.dq, s.dk, s.dv and s.d_norm_out as scratch (=).
+void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
+                              const Tensor& x, const LayerActivations& a, const BackwardScratch& s);
+
+}  // namespace anvil

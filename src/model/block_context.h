@@ -1,0 +1,30 @@
+// BlockContext: what every block function of one step shares: the backend, the config, the
+// step's (B, T), positions, the attention mask settings and the ones vector used for biases.
+// It is rebuilt per step from arena views and never owns memory.
+#pragma once
+
+#include "backend/backend.h"
+#include "model/activations.h"
+#include "model/llama_config.h"
+
+namespace anvil {
+
+struct BlockContext {
+  Backend* backend = nullptr;
+  const LlamaConfig* config = nullptr;
+  StepDims dims;
+  Tensor positions;  // (B, T) i32 absolute positions of the rows
+  Tensor doc_ids;    // (B, T) i32, or undefined for plain causal attention
+  Tensor ones;       // (N, 1) f32 ones when the config has attention bias
+  RopeParams rope;
+
+  // Returns the attention op settings of this step (causal, doc mask when doc_ids defined).
+  AttentionParams attention() const {
+    AttentionParams params;
+    params.causal = true;
+    params.doc_ids = doc_ids.defined() ? &doc_ids : nullptr;
+    return params;
+  }
+};
+
+}  // namespace anvil

@@ -1,0 +1,92 @@
+// Embedding lookup and the chunked final-norm + lm-head + cross-entropy head.
+#include "model/head_block.h"
+
+#include <algorithm>
+
+#include "model/batch.h"
+#include "model/linear.h"
+
+namespace anvil {
+
+void embedding_block_forward(const BlockContext& ctx, const Tensor& table, const Tensor& tokens,
+                             const Tensor& out) {
+  ctx.backend->embedding_forward(tokens, table, out);
+}
+
+void embedding_block_backward(const BlockContext& ctx, const Tensor& tokens, const Tensor& d_out,
+                              const Tensor& dtable) {
+  ctx.backend->embedding_backward(tokens, d_out, dtable);
+}
+
+namespace {
+
+// Runs the final norm of x (N, C) into acts.final_norm_out / acts.final_rstd.
+Tensor final_norm_forward(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,
+                          ModelActivations& acts) {
+  const int64_t n = ctx.dims.rows();
+  const Tensor normed = leading_rows(acts.final_norm_out, n, ctx.config->dim);
+  ctx.backend->rmsnorm_forward(x, w.final_norm, normed, acts.final_rstd.flat(0, n),
+                               ctx.config->norm_eps);
+  return normed;
+}
+
+// Runs the cross-entropy of chunk rows [begin, end) (logits already in `logits`).
+void chunk_loss(const BlockContext& ctx, const Tensor& logits, const LossTargets& loss,
+                ModelActivations& acts, int64_t begin, int64_t end, const Tensor* dlogits,
+                float grad_scale) {
+  const Tensor targets = loss.targets.slice(begin, end);
+  const Tensor mask = loss.loss_mask.defined() ? loss.loss_mask.slice(begin, end) : Tensor();
+  ctx.backend->cross_entropy(logits, targets, mask.defined() ? &mask : nullptr, kIgnoreIndex,
+                             acts.losses.slice(begin, end), dlogits, grad_scale);
+}
+
+int64_t chunk_rows(const ModelActivations& acts, const LlamaConfig& config) {
+  return acts.logits.numel() / config.vocab_size;
+}
+
+}  // namespace
+
+void head_block_forward_backward(const BlockContext& ctx, const LlamaWeights& w,
+                                 const LlamaWeights& g, const Tensor& x, ModelActivations& acts,
+                                 const LossTargets& loss, float grad_scale) {
+  Backend& backend = *ctx.backend;
+  const int64_t n = ctx.dims.rows(), c = ctx.config->dim, v = ctx.config->vocab_size;
+  const Tensor normed = final_norm_forward(ctx, w, x, acts);
+  const Tensor d_normed = leading_rows(acts.scratch.d_norm_out, n, c);
+  const int64_t step = chunk_rows(acts, *ctx.config);
+  for (int64_t begin = 0; begin < n; begin += step) {
+    const int64_t end = std::min(n, begin + step);
+    const Tensor logits = leading_rows(acts.logits, end - begin, v);
+    const Tensor rows = normed.slice(begin, end);
+    linear_forward(backend, rows, w.lm_head, logits);
+    chunk_loss(ctx, logits, loss, acts, begin, end, &logits, grad_scale);
+    // logits now hold dlogits: d_normed rows =, dW_head +=.
+    linear_backward_input(backend, logits, w.lm_head, d_normed.slice(begin, end), false);
+    linear_backward_weight(backend, logits, rows, g.lm_head);
+  }
+  const Tensor d_residual = leading_rows(acts.scratch.d_residual, n, c);
+  backend.fill_zero(d_residual);
+  backend.rmsnorm_backward(d_normed, x, w.final_norm, acts.final_rstd.flat(0, n), d_residual,
+                           g.final_norm);
+}
+
+void head_block_forward_loss(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,
+                             ModelActivations& acts, const LossTargets& loss) {
+  const int64_t n = ctx.dims.rows(), v = ctx.config->vocab_size;
+  const Tensor normed = final_norm_forward(ctx, w, x, acts);
+  const int64_t step = chunk_rows(acts, *ctx.config);
+  for (int64_t begin = 0; begin < n; begin += step) {
+    const int64_t end = std::min(n, begin + step);
+    const Tensor logits = leading_rows(acts.logits, end - begin, v);
+    linear_forward(*ctx.backend, normed.slice(begin, end), w.lm_head, logits);
+    chunk_loss(ctx, logits, loss, acts, begin, end, nullptr, 1.0f);
+  }
+}
+
+void head_block_forward_logits(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,
+                               ModelActivations& acts, const Tensor& logits) {
+  const Tensor normed = final_norm_forward(ctx, w, x, acts);
+  linear_forward(*ctx.backend, normed, w.lm_head, logits);
+}
+
+}  // namespace anvil

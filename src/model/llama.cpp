@@ -1,0 +1,267 @@
+// LlamaModel orchestration: input staging, the layer loop, checkpointed recomputation, the
+// head, loss reduction and group hooks. Block math lives in the *_block.cpp files.
+#include "model/llama.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/attention_block.h"
+#include "model/head_block.h"
+#include "model/mlp_block.h"
+
+namespace anvil {
+
+namespace {
+
+constexpr int64_t kLogitsChunkElements = int64_t{1} << 26;
+
+// Returns t on the backend's device as a flat (N) tensor: t itself when it already lives
+// there, otherwise `staging` after a host-to-device copy.
+Tensor on_device(Backend& backend, const Tensor& t, const Tensor& staging) {
+  const int64_t n = t.numel();
+  if (t.device == backend.device()) return t.view(Shape{n});
+  ANVIL_CHECK(t.device.is_cpu(), "[model] input tensor lives on another device");
+  const Tensor dst = staging.flat(0, n);
+  backend.copy_from_host(dst, t.data);
+  return dst;
+}
+
+void check_batch_tensor(const Tensor& t, const Shape& shape, DType dtype, const char* what) {
+  ANVIL_CHECK(t.defined(), "[model] {} is missing", what);
+  check_shape(t, shape, what);
+  check_dtype(t, dtype, what);
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelOptions& options)
+    : config_(config), backend_(&backend), options_(options) {
+  config_.validate();
+  if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len;
+  ANVIL_CHECK(options_.compute_dtype == DType::f32,
+              "[model] compute dtype {} is not implemented yet; use f32",
+              dtype_name(options_.compute_dtype));
+  ANVIL_CHECK(options_.max_batch >= 1, "[model] max_batch must be at least 1, got {}",
+              options_.max_batch);
+  ANVIL_CHECK(options_.max_seq >= 1 && options_.max_seq <= config_.max_seq_len,
+              "[model] max_seq {} must be in 1..max_seq_len ({})", options_.max_seq,
+              config_.max_seq_len);
+  ANVIL_CHECK(options_.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
+              options_.logits_chunk_rows);
+  layout_ = make_llama_layout(config_, options_.decay_embeddings);
+  params_ = ParameterSet(layout_, backend);
+  grads_ = ParameterSet(layout_, backend);
+  weights_ = llama_weight_views(config_, params_);
+  grad_views_ = llama_weight_views(config_, grads_);
+
+  const int64_t max_rows = int64_t{options_.max_batch} * options_.max_seq;
+  int64_t chunk = options_.logits_chunk_rows;
+  if (chunk == 0) chunk = std::max<int64_t>(1, kLogitsChunkElements / config_.vocab_size);
+  chunk = std::min(chunk, max_rows);
+  const int layer_sets = options_.activation_checkpointing ? 1 : config_.n_layers;
+  arena_.build(backend, [&](Arena& arena) {
+    acts_.carve(arena, config_, options_.max_batch, max_rows, layer_sets, chunk);
+  });
+  if (config_.attention_bias) {
+    const std::vector<float> ones(static_cast<size_t>(max_rows), 1.0f);
+    backend.copy_from_host(acts_.ones, ones.data());
+  }
+  host_positions_.resize(static_cast<size_t>(max_rows));
+  host_losses_.resize(static_cast<size_t>(max_rows));
+  host_targets_.resize(static_cast<size_t>(max_rows));
+  host_mask_.resize(static_cast<size_t>(max_rows));
+}
+
+void LlamaModel::init_weights(uint64_t seed) {
+  init_llama_weights(config_, params_, *backend_, seed);
+}
+
+StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
+                                    const Tensor* loss_mask, const Tensor* doc_ids,
+                                    int position_offset) {
+  ANVIL_CHECK(tokens.defined() && tokens.shape.rank() == 2,
+              "[model] tokens must be a (B, T) tensor, got {}", tokens.shape.str());
+  check_dtype(tokens, DType::i32, "tokens");
+  const StepDims dims{static_cast<int>(tokens.shape[0]), static_cast<int>(tokens.shape[1])};
+  ANVIL_CHECK(dims.batch >= 1 && dims.batch <= options_.max_batch,
+              "[model] batch size {} outside 1..max_batch ({})", dims.batch, options_.max_batch);
+  ANVIL_CHECK(dims.seq >= 1 && dims.seq <= options_.max_seq,
+              "[model] sequence length {} outside 1..max_seq ({})", dims.seq, options_.max_seq);
+  const Shape bt{dims.batch, dims.seq};
+  tokens_view_ = on_device(*backend_, tokens, acts_.tokens);
+  if (targets) {
+    check_batch_tensor(*targets, bt, DType::i32, "targets");
+    targets_view_ = on_device(*backend_, *targets, acts_.targets);
+  }
+  mask_view_ = Tensor();
+  if (loss_mask) {
+    check_batch_tensor(*loss_mask, bt, DType::f32, "loss_mask");
+    mask_view_ = on_device(*backend_, *loss_mask, acts_.loss_mask);
+  }
+  doc_ids_view_ = Tensor();
+  if (doc_ids) {
+    check_batch_tensor(*doc_ids, bt, DType::i32, "doc_ids");
+    doc_ids_view_ = on_device(*backend_, *doc_ids, acts_.doc_ids).view(bt);
+  }
+  if (dims.batch != positions_dims_.batch || dims.seq != positions_dims_.seq ||
+      position_offset != positions_offset_) {
+    for (int b = 0; b < dims.batch; ++b) {
+      for (int t = 0; t < dims.seq; ++t) {
+        host_positions_[static_cast<size_t>(b) * dims.seq + t] = position_offset + t;
+      }
+    }
+    backend_->copy_from_host(acts_.positions.flat(0, dims.rows()), host_positions_.data());
+    positions_dims_ = dims;
+    positions_offset_ = position_offset;
+  }
+  return dims;
+}
+
+BlockContext LlamaModel::make_context(StepDims dims) const {
+  BlockContext ctx;
+  ctx.backend = backend_;
+  ctx.config = &config_;
+  ctx.dims = dims;
+  ctx.positions = acts_.positions.flat(0, dims.rows()).view(Shape{dims.batch, dims.seq});
+  ctx.doc_ids = doc_ids_view_;
+  ctx.ones = acts_.ones;
+  ctx.rope = config_.rope_params();
+  return ctx;
+}
+
+LayerActivations& LlamaModel::saved_activations(int layer) {
+  return acts_.layers[options_.activation_checkpointing ? 0 : layer];
+}
+
+void LlamaModel::layer_forward(const BlockContext& ctx, int layer, LayerActivations& stored) {
+  const int64_t n = ctx.dims.rows(), c = config_.dim;
+  LayerActivations a = stored.sized(config_, ctx.dims);
+  const Tensor x = leading_rows(acts_.residual[layer], n, c);
+  const Tensor out = leading_rows(acts_.residual[layer + 1], n, c);
+  attention_block_forward(ctx, weights_.layers[layer], x, a);
+  mlp_block_forward(ctx, weights_.layers[layer], a, out);
+}
+
+void LlamaModel::embed_and_layers_forward(const BlockContext& ctx, bool save_for_backward) {
+  const int64_t n = ctx.dims.rows(), c = config_.dim;
+  call_hook(&GroupHooks::before_forward, kEmbeddingGroup);
+  embedding_block_forward(ctx, weights_.embedding, tokens_view_,
+                          leading_rows(acts_.residual[0], n, c));
+  call_hook(&GroupHooks::after_forward, kEmbeddingGroup);
+  for (int l = 0; l < config_.n_layers; ++l) {
+    call_hook(&GroupHooks::before_forward, layer_group(l));
+    layer_forward(ctx, l, save_for_backward ? saved_activations(l) : acts_.layers[0]);
+    call_hook(&GroupHooks::after_forward, layer_group(l));
+  }
+}
+
+LossTargets LlamaModel::loss_targets() const {
+  LossTargets loss;
+  loss.targets = targets_view_;
+  loss.loss_mask = mask_view_;
+  return loss;
+}
+
+LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
+  const StepDims dims =
+      prepare_inputs(batch.tokens, &batch.targets, batch.loss_mask, batch.doc_ids, 0);
+  const BlockContext ctx = make_context(dims);
+  const int64_t n = dims.rows(), c = config_.dim;
+  const int head = head_group(config_);
+  embed_and_layers_forward(ctx, true);
+
+  call_hook(&GroupHooks::before_forward, head);
+  head_block_forward_backward(ctx, weights_, grad_views_,
+                              leading_rows(acts_.residual[config_.n_layers], n, c), acts_,
+                              loss_targets(), grad_scale);
+  call_hook(&GroupHooks::after_backward, head);
+
+  const BackwardScratch scratch = acts_.scratch.sized(config_, dims);
+  for (int l = config_.n_layers - 1; l >= 0; --l) {
+    call_hook(&GroupHooks::before_backward, layer_group(l));
+    // With checkpointing the shared set still holds the last layer from the forward pass.
+    if (options_.activation_checkpointing && l != config_.n_layers - 1) {
+      layer_forward(ctx, l, acts_.layers[0]);
+    }
+    const LayerActivations a = saved_activations(l).sized(config_, dims);
+    mlp_block_backward(ctx, weights_.layers[l], grad_views_.layers[l], a, scratch);
+    attention_block_backward(ctx, weights_.layers[l], grad_views_.layers[l],
+                             leading_rows(acts_.residual[l], n, c), a, scratch);
+    call_hook(&GroupHooks::after_backward, layer_group(l));
+  }
+
+  call_hook(&GroupHooks::before_backward, kEmbeddingGroup);
+  embedding_block_backward(ctx, tokens_view_, scratch.d_residual, grad_views_.embedding);
+  call_hook(&GroupHooks::after_backward, kEmbeddingGroup);
+  return LossSum{sum_losses(dims), count_loss_tokens(batch)};
+}
+
+LossSum LlamaModel::forward_loss(const Batch& batch) {
+  const StepDims dims =
+      prepare_inputs(batch.tokens, &batch.targets, batch.loss_mask, batch.doc_ids, 0);
+  const BlockContext ctx = make_context(dims);
+  embed_and_layers_forward(ctx, false);
+  const int head = head_group(config_);
+  call_hook(&GroupHooks::before_forward, head);
+  head_block_forward_loss(ctx, weights_,
+                          leading_rows(acts_.residual[config_.n_layers], dims.rows(), config_.dim),
+                          acts_, loss_targets());
+  call_hook(&GroupHooks::after_forward, head);
+  return LossSum{sum_losses(dims), count_loss_tokens(batch)};
+}
+
+void LlamaModel::forward_logits(const Tensor& tokens, const Tensor& logits, const Tensor* doc_ids) {
+  const StepDims dims = prepare_inputs(tokens, nullptr, nullptr, doc_ids, 0);
+  check_shape(logits, Shape{dims.batch, dims.seq, config_.vocab_size}, "logits");
+  check_dtype(logits, DType::f32, "logits");
+  ANVIL_CHECK(logits.device == backend_->device(),
+              "[model] logits must live on the model's device");
+  const BlockContext ctx = make_context(dims);
+  embed_and_layers_forward(ctx, false);
+  const int head = head_group(config_);
+  call_hook(&GroupHooks::before_forward, head);
+  head_block_forward_logits(
+      ctx, weights_, leading_rows(acts_.residual[config_.n_layers], dims.rows(), config_.dim),
+      acts_, logits.view(Shape{dims.rows(), config_.vocab_size}));
+  call_hook(&GroupHooks::after_forward, head);
+}
+
+double LlamaModel::sum_losses(StepDims dims) {
+  const int64_t n = dims.rows();
+  backend_->copy_to_host(host_losses_.data(), acts_.losses.flat(0, n));
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += host_losses_[static_cast<size_t>(i)];
+  return sum;
+}
+
+int64_t LlamaModel::count_loss_tokens(const Batch& batch) {
+  const int64_t n = batch.targets.numel();
+  ANVIL_CHECK(n <= static_cast<int64_t>(host_targets_.size()),
+              "[model] batch of {} positions exceeds max_batch * max_seq", n);
+  check_dtype(batch.targets, DType::i32, "targets");
+  const int32_t* targets = batch.targets.i32();
+  if (!batch.targets.device.is_cpu()) {
+    backend_->copy_to_host(host_targets_.data(), batch.targets);
+    targets = host_targets_.data();
+  }
+  const float* mask = nullptr;
+  if (batch.loss_mask) {
+    check_dtype(*batch.loss_mask, DType::f32, "loss_mask");
+    mask = batch.loss_mask->f32();
+    if (!batch.loss_mask->device.is_cpu()) {
+      backend_->copy_to_host(host_mask_.data(), *batch.loss_mask);
+      mask = host_mask_.data();
+    }
+  }
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (targets[i] != kIgnoreIndex && (mask == nullptr || mask[i] != 0.0f)) ++count;
+  }
+  return count;
+}
+
+void LlamaModel::call_hook(void (GroupHooks::*hook)(int), int group) {
+  if (hooks_) (hooks_->*hook)(group);
+}
+
+}  // namespace anvil

@@ -1,0 +1,136 @@
+// LlamaModel: a Llama-family decoder on one backend, with explicit forward and backward.
+// It owns f32 master weights and gradients (ParameterSet, one flat buffer per group) and an
+// activation arena sized once for (max_batch, max_seq); a step allocates nothing. Gradients
+// accumulate (+=) across calls so micro-batches add up; the caller zeroes them.
+// The model is single-device code: a parallel layer observes group boundaries through
+// GroupHooks (to gather, free or reduce a group) and never changes what the model computes.
+// Activation checkpointing keeps only each layer's input and recomputes the layer in
+// backward with the same ops in the same order, so gradients are bitwise identical.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/activations.h"
+#include "model/batch.h"
+#include "model/block_context.h"
+#include "model/head_block.h"
+#include "model/kv_cache.h"
+#include "model/llama_config.h"
+#include "model/llama_parameters.h"
+
+namespace anvil {
+
+struct ModelOptions {
+  int max_batch = 1;                 // largest B any call will use
+  int max_seq = 0;                   // largest T any call will use (0 = config.max_seq_len)
+  DType compute_dtype = DType::f32;  // only f32 for now; bf16 is rejected
+  bool activation_checkpointing = false;
+  bool decay_embeddings = true;  // weight decay flag of model.embed_tokens.weight
+  // Rows of logits materialised at once by the head (0 = as many as fit in 2^26 floats).
+  int64_t logits_chunk_rows = 0;
+};
+
+// Observer of parameter-group use, called on the thread that runs the model. A group's
+// weights are read between before_forward and after_forward, or between before_backward and
+// after_backward. forward_backward with L layers (head group H = L + 1) calls:
+//   before_forward(0) after_forward(0); for l = 1..L: before_forward(l) after_forward(l);
+//   before_forward(H) after_backward(H)  (the head runs forward and backward fused);
+//   for l = L..1: before_backward(l) after_backward(l);  before_backward(0) after_backward(0).
+// after_backward(g) means g's gradients are complete for this call. With tied embeddings the
+// head also reads group 0's weights and adds to group 0's gradient (complete only at
+// after_backward(0)), so group 0 must stay available from before_forward(0) to the end.
+// forward_loss, forward_logits and forward_step call only the forward pairs.
+class GroupHooks {
+ public:
+  virtual ~GroupHooks() = default;
+  // Called before the weights of `group` are read by the forward pass.
+  virtual void before_forward(int group) { (void)group; }
+  // Called when the forward pass is done with the weights of `group`.
+  virtual void after_forward(int group) { (void)group; }
+  // Called before the backward pass (and any recomputation) reads the weights of `group`.
+  virtual void before_backward(int group) { (void)group; }
+  // Called when the gradients of `group` are complete for this call.
+  virtual void after_backward(int group) { (void)group; }
+};
+
+class LlamaModel {
+ public:
+  // Builds the layout, allocates zero weights, zero gradients and the activation arena.
+  LlamaModel(const LlamaConfig& config, Backend& backend, const ModelOptions& options);
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const LlamaConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  Backend& backend() const { return *backend_; }
+  // Returns the f32 master weights.
+  ParameterSet& parameters() { return params_; }
+  const ParameterSet& parameters() const { return params_; }
+  // Returns the f32 gradients (same layout as parameters()).
+  ParameterSet& gradients() { return grads_; }
+  const ParameterSet& gradients() const { return grads_; }
+  // Returns the bytes of the activation arena.
+  size_t activation_bytes() const { return arena_.bytes(); }
+
+  // Initialises the weights deterministically from `seed` (see init_llama_weights).
+  void init_weights(uint64_t seed);
+  // Sets the group observer (nullptr removes it).
+  void set_group_hooks(GroupHooks* hooks) { hooks_ = hooks; }
+
+  // Runs forward and backward: gradients += d(grad_scale * sum of token losses)/d(weights).
+  // Returns the (unscaled) loss sum and counted-token count of the batch.
+  LossSum forward_backward(const Batch& batch, float grad_scale);
+  // Returns the loss sum and count without touching gradients (evaluation).
+  LossSum forward_loss(const Batch& batch);
+  // Writes logits (B, T, V) f32 for tokens (B, T); doc_ids (B, T) optional.
+  void forward_logits(const Tensor& tokens, const Tensor& logits, const Tensor* doc_ids = nullptr);
+  // Appends tokens (B, n) at positions [cache.length(), +n) to the cache and writes the logits
+  // of each row's last new token to logits (B, V) f32: prefill a prompt in one call, then
+  // decode one token per call. No earlier position is recomputed.
+  void forward_step(const Tensor& tokens, KvCache& cache, const Tensor& logits);
+  // Returns the number of positions of a batch that count towards the loss.
+  int64_t count_loss_tokens(const Batch& batch);
+
+ private:
+  // Checks (B, T) and the inputs, copies them to the device when needed, fills positions.
+  StepDims prepare_inputs(const Tensor& tokens, const Tensor* targets, const Tensor* loss_mask,
+                          const Tensor* doc_ids, int position_offset);
+  BlockContext make_context(StepDims dims) const;
+  // Runs layer `layer` from residual[layer] into residual[layer + 1], saving into `stored`.
+  void layer_forward(const BlockContext& ctx, int layer, LayerActivations& stored);
+  // Runs the embedding and every layer; without save_for_backward all layers share one set.
+  void embed_and_layers_forward(const BlockContext& ctx, bool save_for_backward);
+  LayerActivations& saved_activations(int layer);
+  LossTargets loss_targets() const;
+  double sum_losses(StepDims dims);
+  void call_hook(void (GroupHooks::*hook)(int), int group);
+
+  LlamaConfig config_;
+  Backend* backend_;
+  ModelOptions options_;
+  std::shared_ptr<const ParameterLayout> layout_;
+  ParameterSet params_;
+  ParameterSet grads_;
+  LlamaWeights weights_;
+  LlamaWeights grad_views_;
+  Arena arena_;
+  ModelActivations acts_;
+  GroupHooks* hooks_ = nullptr;
+  // Host staging, sized once: positions to upload, losses and targets/mask to read back.
+  std::vector<int32_t> host_positions_;
+  std::vector<float> host_losses_;
+  std::vector<int32_t> host_targets_;
+  std::vector<float> host_mask_;
+  StepDims positions_dims_;
+  int positions_offset_ = -1;
+  // Device views of the current call's inputs (N) (doc ids as (B, T)); undefined if absent.
+  Tensor tokens_view_;
+  Tensor targets_view_;
+  Tensor mask_view_;
+  Tensor doc_ids_view_;
+};
+
+}  // namespace anvil

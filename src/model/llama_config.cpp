@@ -1,0 +1,88 @@
+// LlamaConfig validation and the derived counts (parameters, FLOPs) used by the layout, the
+// planner and the MFU report. The counts here must agree with the parameter layout built in
+// llama_parameters.cpp; a test checks param_count() against the layout's total.
+#include "model/llama_config.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace anvil {
+
+void LlamaConfig::validate() const {
+  ANVIL_CHECK(dim > 0, "[config] dim must be positive, got {}", dim);
+  ANVIL_CHECK(n_layers > 0, "[config] n_layers must be positive, got {}", n_layers);
+  ANVIL_CHECK(n_heads > 0, "[config] n_heads must be positive, got {}", n_heads);
+  ANVIL_CHECK(n_kv_heads > 0, "[config] n_kv_heads must be positive, got {}", n_kv_heads);
+  ANVIL_CHECK(n_heads % n_kv_heads == 0,
+              "[config] n_heads ({}) must be a multiple of n_kv_heads ({}) for grouped-query "
+              "attention",
+              n_heads, n_kv_heads);
+  ANVIL_CHECK(head_dim >= 0, "[config] head_dim must be positive or 0 (= dim / n_heads), got {}",
+              head_dim);
+  ANVIL_CHECK(head_dim > 0 || dim % n_heads == 0,
+              "[config] dim ({}) is not divisible by n_heads ({}); set head_dim explicitly", dim,
+              n_heads);
+  ANVIL_CHECK(resolved_head_dim() % 2 == 0,
+              "[config] head_dim must be even for rotary embeddings, got {}", resolved_head_dim());
+  ANVIL_CHECK(ffn_dim > 0, "[config] ffn_dim must be positive, got {}", ffn_dim);
+  ANVIL_CHECK(vocab_size > 0, "[config] vocab_size must be positive, got {}", vocab_size);
+  ANVIL_CHECK(max_seq_len > 0, "[config] max_seq_len must be positive, got {}", max_seq_len);
+  ANVIL_CHECK(rope_theta > 0.0f, "[config] rope_theta must be positive, got {}", rope_theta);
+  ANVIL_CHECK(norm_eps > 0.0f, "[config] norm_eps must be positive, got {}", norm_eps);
+  ANVIL_CHECK(rope_scaling_factor == 0.0f || rope_scaling_factor >= 1.0f,
+              "[config] rope_scaling_factor must be 0 (off) or >= 1, got {}", rope_scaling_factor);
+  if (rope_scaling_factor > 0.0f) {
+    ANVIL_CHECK(rope_low_freq_factor > 0.0f && rope_low_freq_factor < rope_high_freq_factor,
+                "[config] llama3 rope scaling needs 0 < low_freq_factor ({}) < high_freq_factor "
+                "({})",
+                rope_low_freq_factor, rope_high_freq_factor);
+    ANVIL_CHECK(rope_original_max_position > 0,
+                "[config] rope original_max_position_embeddings must be positive, got {}",
+                rope_original_max_position);
+  }
+}
+
+RopeParams LlamaConfig::rope_params() const {
+  RopeParams params;
+  params.theta = rope_theta;
+  params.scaling_factor = rope_scaling_factor;
+  params.low_freq_factor = rope_low_freq_factor;
+  params.high_freq_factor = rope_high_freq_factor;
+  params.original_max_position = rope_original_max_position;
+  return params;
+}
+
+int64_t LlamaConfig::matmul_param_count() const {
+  const int64_t c = dim;
+  const int64_t per_layer = c * q_dim() + 2 * c * kv_dim() + int64_t{q_dim()} * c + 3 * c * ffn_dim;
+  return n_layers * per_layer + int64_t{vocab_size} * c;
+}
+
+int64_t LlamaConfig::param_count() const {
+  // matmul_param_count() already holds one vocab x dim matrix (the head, or the tied
+  // embedding); an untied model has the embedding table as a second one.
+  const int64_t c = dim;
+  const int64_t biases = attention_bias ? int64_t{q_dim()} + 2 * kv_dim() : 0;
+  const int64_t norms_per_layer = 2 * c;
+  const int64_t untied_embedding = tie_embeddings ? 0 : int64_t{vocab_size} * c;
+  return matmul_param_count() + n_layers * (biases + norms_per_layer) + c + untied_embedding;
+}
+
+double LlamaConfig::flops_per_token(int seq_len) const {
+  const double attention = 12.0 * n_layers * seq_len * q_dim();
+  return 6.0 * static_cast<double>(matmul_param_count()) + attention;
+}
+
+std::string LlamaConfig::summary() const {
+  return fmt::format(
+      "dim={} layers={} heads={}/{} head_dim={} ffn={} vocab={} max_seq={} rope_theta={}{}{}{} "
+      "params={}",
+      dim, n_layers, n_heads, n_kv_heads, resolved_head_dim(), ffn_dim, vocab_size, max_seq_len,
+      rope_theta,
+      rope_scaling_factor > 0 ? fmt::format(" rope_scaling={}", rope_scaling_factor)
+                              : std::string(),
+      tie_embeddings ? " tied" : "", attention_bias ? " qkv_bias" : "", param_count());
+}
+
+}  // namespace anvil

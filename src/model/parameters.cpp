@@ -1,0 +1,88 @@
+// ParameterLayout bookkeeping and ParameterSet allocation. Views are recomputed from the
+// layout on each call (cheap arithmetic), so a set never holds stale pointers.
+#include "model/parameters.h"
+
+#include "core/error.h"
+
+namespace anvil {
+
+namespace {
+
+int64_t align_up(int64_t n) {
+  return (n + kParameterAlignment - 1) / kParameterAlignment * kParameterAlignment;
+}
+
+}  // namespace
+
+void ParameterLayout::add(const std::string& name, int group, Shape shape, bool weight_decay) {
+  ANVIL_CHECK(index_.find(name) == index_.end(), "[params] duplicate parameter name '{}'", name);
+  ANVIL_CHECK(group >= 0 && group >= group_count() - 1,
+              "[params] parameter '{}' added to group {} after group {} was started", name, group,
+              group_count() - 1);
+  ANVIL_CHECK(shape.numel() > 0, "[params] parameter '{}' has no elements ({})", name, shape.str());
+  while (group_count() <= group) group_numel_.push_back(0);
+  ParameterInfo info;
+  info.name = name;
+  info.group = group;
+  info.offset = group_numel_[group];
+  info.shape = shape;
+  info.weight_decay = weight_decay;
+  group_numel_[group] = align_up(info.offset + shape.numel());
+  index_.emplace(name, static_cast<int>(params_.size()));
+  params_.push_back(std::move(info));
+}
+
+int64_t ParameterLayout::group_numel(int group) const {
+  ANVIL_CHECK(group >= 0 && group < group_count(), "[params] group {} out of range (0..{})", group,
+              group_count() - 1);
+  return group_numel_[group];
+}
+
+int64_t ParameterLayout::total_params() const {
+  int64_t total = 0;
+  for (const ParameterInfo& p : params_) total += p.numel();
+  return total;
+}
+
+int ParameterLayout::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+int ParameterLayout::index_of(const std::string& name) const {
+  const int index = find(name);
+  ANVIL_CHECK(index >= 0, "[params] no parameter named '{}'", name);
+  return index;
+}
+
+ParameterSet::ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend)
+    : layout_(std::move(layout)), backend_(&backend) {
+  ANVIL_CHECK(layout_ != nullptr, "[params] a parameter set needs a layout");
+  groups_.reserve(layout_->group_count());
+  for (int g = 0; g < layout_->group_count(); ++g) {
+    groups_.emplace_back(backend, static_cast<size_t>(layout_->group_numel(g)) * sizeof(float));
+  }
+  zero();
+}
+
+Tensor ParameterSet::group(int group) const {
+  const int64_t numel = layout_->group_numel(group);
+  return groups_[group].as(DType::f32, Shape{numel});
+}
+
+Tensor ParameterSet::tensor(int index) const {
+  ANVIL_CHECK(index >= 0 && index < static_cast<int>(layout_->params().size()),
+              "[params] parameter index {} out of range", index);
+  const ParameterInfo& info = layout_->params()[index];
+  return group(info.group).flat(info.offset, info.numel()).view(info.shape);
+}
+
+Tensor ParameterSet::tensor(const std::string& name) const {
+  return tensor(layout_->index_of(name));
+}
+
+void ParameterSet::zero() {
+  for (int g = 0; g < group_count(); ++g) backend_->fill_zero(group(g));
+}
+
+}  // namespace anvil

@@ -1,0 +1,81 @@
+// ParameterLayout and ParameterSet: where every named parameter lives in flat memory.
+// Parameters are grouped (for Llama: group 0 = embeddings, 1..L = transformer layers,
+// L+1 = final norm and lm_head); each group is ONE contiguous f32 buffer and each parameter a
+// view at a fixed offset inside it. The same layout is instantiated for master weights,
+// gradients and the optimizer's moments, so a group's flat tensor is the unit that ZeRO
+// slices, reduces and gathers. Offsets are aligned to kParameterAlignment elements; the gaps
+// (and the tail padding of a group) are zero and never written by the model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/buffer.h"
+
+namespace anvil {
+
+// Parameter offsets and group sizes are multiples of this many elements (64 bytes of f32).
+inline constexpr int64_t kParameterAlignment = 16;
+
+struct ParameterInfo {
+  std::string name;  // Hugging Face checkpoint name, e.g. "model.layers.0.mlp.up_proj.weight"
+  int group = 0;
+  int64_t offset = 0;  // in elements from the start of the group buffer
+  Shape shape;
+  bool weight_decay = false;  // false for norms and biases (and embeddings when configured)
+
+  int64_t numel() const { return shape.numel(); }
+};
+
+class ParameterLayout {
+ public:
+  // Appends a parameter at the aligned end of `group`; groups are created on first use and
+  // must be used in increasing order. Throws on a duplicate name.
+  void add(const std::string& name, int group, Shape shape, bool weight_decay);
+
+  const std::vector<ParameterInfo>& params() const { return params_; }
+  int group_count() const { return static_cast<int>(group_numel_.size()); }
+  // Returns the padded element count of group g's buffer.
+  int64_t group_numel(int group) const;
+  // Returns the sum of all parameters' element counts (padding excluded).
+  int64_t total_params() const;
+  // Returns the index of the named parameter, or -1.
+  int find(const std::string& name) const;
+  // Returns the index of the named parameter; throws "[params] no parameter named ..." if absent.
+  int index_of(const std::string& name) const;
+
+ private:
+  std::vector<ParameterInfo> params_;
+  std::vector<int64_t> group_numel_;
+  std::unordered_map<std::string, int> index_;
+};
+
+// One f32 buffer per group of a layout, allocated on a backend and zero-filled.
+class ParameterSet {
+ public:
+  ParameterSet() = default;
+  ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend);
+
+  const ParameterLayout& layout() const { return *layout_; }
+  std::shared_ptr<const ParameterLayout> shared_layout() const { return layout_; }
+  int group_count() const { return layout_->group_count(); }
+  // Returns group g as one flat f32 tensor of layout().group_numel(g) elements.
+  Tensor group(int group) const;
+  // Returns parameter i (layout order) as a view with its own shape.
+  Tensor tensor(int index) const;
+  // Returns the named parameter; throws if the layout has no such name.
+  Tensor tensor(const std::string& name) const;
+  // Sets every group to zero (padding included).
+  void zero();
+
+ private:
+  std::shared_ptr<const ParameterLayout> layout_;
+  Backend* backend_ = nullptr;
+  std::vector<Buffer> groups_;
+};
+
+}  // namespace anvil

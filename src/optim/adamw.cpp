@@ -1,0 +1,105 @@
+// AdamW bookkeeping: moment allocation, per-span decay, the step counter and the global
+// gradient norm. The arithmetic of the update itself lives in the backend (adamw_step), so the
+// same optimizer runs wherever the parameters live.
+#include "optim/adamw.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+void check_group_layout(const OptimizerGroup& group, size_t index) {
+  ANVIL_CHECK(group.params.dtype == DType::f32 && group.grads.dtype == DType::f32,
+              "[adamw] group {}: parameters and gradients must be f32", index);
+  ANVIL_CHECK(group.params.numel() == group.grads.numel(),
+              "[adamw] group {}: {} parameters but {} gradients", index, group.params.numel(),
+              group.grads.numel());
+  ANVIL_CHECK(!group.param_copy.defined() || group.param_copy.numel() == group.params.numel(),
+              "[adamw] group {}: the parameter copy has {} elements, expected {}", index,
+              group.param_copy.numel(), group.params.numel());
+  int64_t next = 0;
+  for (const ParamSpan& span : group.spans) {
+    ANVIL_CHECK(span.offset == next && span.count > 0,
+                "[adamw] group {}: spans must tile the group in order (span at {} of {}, "
+                "expected offset {})",
+                index, span.offset, span.count, next);
+    next += span.count;
+  }
+  ANVIL_CHECK(next == group.params.numel(), "[adamw] group {}: spans cover {} of {} elements",
+              index, next, group.params.numel());
+}
+
+}  // namespace
+
+AdamW::AdamW(Backend& backend, std::vector<OptimizerGroup> groups, AdamWHyperParams hyper)
+    : backend_(backend), groups_(std::move(groups)), hyper_(hyper) {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    check_group_layout(groups_[g], g);
+    const int64_t n = groups_[g].params.numel();
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    m_buffers_.emplace_back(backend_, bytes);
+    v_buffers_.emplace_back(backend_, bytes);
+    backend_.fill_zero(m_buffers_.back().as(DType::f32, {n}));
+    backend_.fill_zero(v_buffers_.back().as(DType::f32, {n}));
+  }
+}
+
+void AdamW::step(double lr, double grad_scale) {
+  ++step_count_;
+  AdamWParams params;
+  params.lr = static_cast<float>(lr);
+  params.beta1 = static_cast<float>(hyper_.beta1);
+  params.beta2 = static_cast<float>(hyper_.beta2);
+  params.eps = static_cast<float>(hyper_.eps);
+  params.step = step_count_;
+  params.grad_scale = static_cast<float>(grad_scale);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const OptimizerGroup& group = groups_[g];
+    const int64_t n = group.params.numel();
+    const Tensor m = m_buffers_[g].as(DType::f32, {n});
+    const Tensor v = v_buffers_[g].as(DType::f32, {n});
+    for (const ParamSpan& span : group.spans) {
+      params.weight_decay = span.weight_decay ? static_cast<float>(hyper_.weight_decay) : 0.0f;
+      const Tensor copy = group.param_copy.defined()
+                              ? group.param_copy.flat(span.offset, span.count)
+                              : Tensor();
+      backend_.adamw_step(group.params.flat(span.offset, span.count),
+                          group.grads.flat(span.offset, span.count),
+                          m.flat(span.offset, span.count), v.flat(span.offset, span.count),
+                          params, copy.defined() ? &copy : nullptr);
+    }
+  }
+}
+
+void AdamW::set_step_count(int64_t steps) {
+  ANVIL_CHECK(steps >= 0, "[adamw] step count must be >= 0, got {}", steps);
+  step_count_ = steps;
+}
+
+std::vector<NamedTensor> AdamW::state_tensors() const {
+  std::vector<NamedTensor> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const int64_t n = groups_[g].params.numel();
+    out.push_back({fmt::format("adamw.m.{}", g), m_buffers_[g].as(DType::f32, {n})});
+    out.push_back({fmt::format("adamw.v.{}", g), v_buffers_[g].as(DType::f32, {n})});
+  }
+  return out;
+}
+
+double global_grad_norm(Backend& backend, const std::vector<OptimizerGroup>& groups) {
+  double total = 0.0;
+  for (const OptimizerGroup& group : groups) total += backend.sum_squares(group.grads);
+  return std::sqrt(total);
+}
+
+double clip_coefficient(double grad_norm, double max_norm) {
+  if (max_norm <= 0.0) return 1.0;
+  const double coefficient = max_norm / (grad_norm + 1e-6);
+  return coefficient < 1.0 ? coefficient : 1.0;
+}
+
+}  // namespace anvil
