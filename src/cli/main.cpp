@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 
 namespace {
@@ -52,10 +53,11 @@ int main(int argc, char** argv) {
   } catch (const anvil::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "anvil: error: {}\n", e.what());
-    return 1;
+    // Under MPI a plain return would block in MPI_Finalize while peers wait in a collective.
+    anvil::abort_world(1);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "anvil: internal error: {}\n", e.what());
-    return 3;
+    anvil::abort_world(3);
   }
 }

@@ -2,14 +2,18 @@
 // needs, on Tensors. Implementations: single process (src/comm/single.cpp), MPI for CPU
 // tensors (src/comm/mpi/), later NCCL/RCCL/HCCL for device tensors. Model code never calls
 // these; the parallel layer does. Every rank of a communicator must call the same collectives
-// in the same order (async ones included) with matching dtypes and sizes.
+// in the same order (async ones included) with matching dtypes and sizes. Any thread may call,
+// one at a time (MPI_THREAD_SERIALIZED).
 //
-// Determinism: ReduceOp::ordered_sum and ReduceOp::max give bitwise identical results on every
-// rank, independent of the library's algorithm, message size and world size (ordered_sum
-// equals the serial sum x0 + x1 + ... + x(p-1) in rank order). ReduceOp::sum uses the
-// library's own algorithm: identical on every rank in practice, repeatable for a fixed world
-// size and message size, but its summation order (so its rounding) may differ from the
-// serial sum, between message sizes and between the blocking and async variants.
+// Determinism: all_gather, broadcast and send/recv move bytes. ReduceOp::ordered_sum and
+// ReduceOp::max give bitwise identical results on every rank, independent of the library's
+// algorithm, message size and world size (ordered_sum equals the serial sum
+// x0 + x1 + ... + x(p-1) in rank order). ReduceOp::sum uses the library's own algorithm:
+// identical on every rank in practice, repeatable for a fixed world size and message size,
+// but its summation order (so its rounding) may differ from the serial sum, between message
+// sizes and between the blocking and async variants (Open MPI 4.1, 4 ranks: a quarter of f32
+// sums differ from the serial sum in the last bits; 3 ranks: MPI_Allreduce and
+// MPI_Iallreduce disagree at some sizes).
 #pragma once
 
 #include <memory>

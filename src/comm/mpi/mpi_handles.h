@@ -1,0 +1,25 @@
+// Pending MPI operations behind CommHandle: one non-blocking collective (MPI_Iallreduce,
+// MPI_Ireduce_scatter_block, MPI_Iallgather), or anvil's rank-order sums, which run as rounds
+// of point-to-point messages on a communicator of their own so that their tags never meet
+// user send/recv traffic and their rounds may complete in any order relative to other ops.
+#pragma once
+
+#include <memory>
+
+#include "comm/mpi/mpi_runtime.h"
+
+namespace anvil::mpi {
+
+// Returns a handle that completes with `request` (already started).
+std::unique_ptr<CommHandle> make_request_handle(MPI_Request request);
+
+// Starts the deterministic all_reduce of `t` in place over `comm`: each rank receives every
+// rank's copy of one chunk, sums it in rank order, then sends the sum to every rank. `tag`
+// must be the same on every rank and unique among this communicator's pending operations.
+std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag);
+// Starts the deterministic reduce_scatter: rank r receives every rank's slice r of `in` and
+// writes their rank-order sum into `out`. `tag` as above.
+std::unique_ptr<CommHandle> start_ordered_reduce_scatter(const Tensor& in, const Tensor& out,
+                                                         MPI_Comm comm, int tag);
+
+}  // namespace anvil::mpi

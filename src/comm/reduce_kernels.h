@@ -1,0 +1,26 @@
+// Element-wise reductions the communicators run on the host: the rank-order sum behind
+// ReduceOp::ordered_sum and the bitwise-deterministic max. Both are pure functions of their
+// inputs, so every rank that runs them on the same contributions gets the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace anvil {
+
+// Writes out[i] = c[0][i] + c[1][i] + ... + c[ranks-1][i], added left to right, where
+// `contributions` holds `ranks` rows of `count` elements. bf16/f16 are accumulated in f32 and
+// rounded once; integers wrap around. `out` must not overlap `contributions`.
+void sum_in_rank_order(const void* contributions, int ranks, int64_t count, DType dtype,
+                       void* out);
+
+// Sets inout[i] = max(in[i], inout[i]). For floating types a NaN in either input gives the
+// canonical quiet NaN and +0 beats -0, so the result does not depend on argument order.
+void max_into(const void* in, void* inout, int64_t count, DType dtype);
+
+// Returns the first element of chunk `index` when `count` elements are split into `parts`
+// nearly equal contiguous chunks (the last element is chunk_begin(count, parts, parts)).
+inline int64_t chunk_begin(int64_t count, int parts, int index) { return count * index / parts; }
+
+}  // namespace anvil
