@@ -1,0 +1,171 @@
+// Unit checks of the pieces the parity tests cannot isolate: the byte-level alphabet, UTF-8
+// validation, invalid-UTF-8 handling, Meta's Llama 3 pre-split and added-token matching.
+#include <random>
+
+#include "core/error.h"
+#include "fixture_util.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/nfc.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace anvil {
+namespace {
+
+TEST(Utf8, ByteLevelAlphabetIsABijection) {
+  std::string all_bytes;
+  for (int b = 0; b < 256; ++b) all_bytes.push_back(static_cast<char>(b));
+  const std::string spelled = tok::bytes_to_byte_level(all_bytes);
+  EXPECT_EQ(tok::byte_level_to_bytes(spelled), all_bytes);
+  EXPECT_EQ(tok::bytes_to_byte_level(" "), "Ġ");
+  EXPECT_EQ(tok::bytes_to_byte_level("\n"), "Ċ");
+  EXPECT_EQ(tok::byte_level_to_bytes("▁"), std::nullopt);  // not in the alphabet
+}
+
+TEST(Utf8, RejectsMalformedSequences) {
+  EXPECT_TRUE(tok::is_valid_utf8("aé€😀"));
+  EXPECT_FALSE(tok::is_valid_utf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(tok::is_valid_utf8("\xED\xA0\x80"));      // surrogate
+  EXPECT_FALSE(tok::is_valid_utf8("\xF4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(tok::is_valid_utf8("abc\xE2\x82"));       // truncated
+  EXPECT_TRUE(tok::is_python_space(0x1C));
+  EXPECT_FALSE(tok::is_unicode_white_space(0x1C));
+  EXPECT_TRUE(tok::is_unicode_white_space(0x3000));
+}
+
+// Random bytes (mostly invalid UTF-8) must come back byte for byte from byte-level files.
+std::vector<std::pair<size_t, size_t>> matches(const char* pattern, std::string_view text) {
+  const tok::Regex regex(pattern, "test");
+  std::vector<std::pair<size_t, size_t>> found;
+  regex.for_each_match(text, [&](size_t b, size_t e) { found.emplace_back(b, e); });
+  return found;
+}
+
+// Expected spans are what HF tokenizers' Split (Oniguruma) gives for the same pattern and text.
+TEST(RegexDialect, OnigurumaClassesAndAnchors) {
+  using Spans = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(matches(R"(\s+$)", "a  \nb  \nc"), (Spans{{1, 3}, {5, 7}}));  // $ at each line end
+  EXPECT_EQ(matches(R"(^x)", "x\nx"), (Spans{{0, 1}, {2, 3}}));
+  EXPECT_EQ(matches(R"(\h+)", "zz 0f  \t"), (Spans{{3, 5}}));            // \h is a hex digit
+  EXPECT_EQ(matches(R"(\s)", "a\u180e\u3000b"), (Spans{{4, 7}}));       // U+180E is not space
+  EXPECT_EQ(matches(R"([^\s\p{L}])", "\u180e "), (Spans{{0, 3}}));
+  EXPECT_EQ(matches(R"(\w+)", "e\u0301\u203f-x"), (Spans{{0, 6}, {7, 8}}));  // marks, Pc
+  EXPECT_EQ(matches(R"([\]\s]+)", "a] \tb"), (Spans{{1, 4}}));
+  EXPECT_EQ(tok::to_pcre2_pattern(R"(\Q\s\E\s)", "test"), R"(\Q\s\E\p{White_Space})");
+  EXPECT_THROW(tok::to_pcre2_pattern(R"([\W])", "test"), Error);
+}
+
+// Strings (fixed edge cases and random mixes of combining marks, Hangul jamo, composites and
+// excluded characters) against their NFC form from Python's unicodedata.
+TEST(Nfc, MatchesPythonUnicodedata) {
+  const auto root = nlohmann::json::parse(test::read_text(test::fixture_path("nfc.expected.json")));
+  EXPECT_EQ(root.at("unicode_version").get<std::string>(), tok::nfc_data::kUnicodeVersion);
+  size_t changed = 0;
+  for (const auto& pair : root.at("cases")) {
+    std::string text = pair[0].get<std::string>();
+    const std::string expected = pair[1].get<std::string>();
+    changed += text != expected;
+    tok::nfc_normalize(text);
+    EXPECT_EQ(text, expected) << pair[0].dump();
+  }
+  EXPECT_GT(changed, 50u);  // the cases really exercise composition
+}
+
+TEST(InvalidUtf8, ByteLevelRoundTripsAnyBytes) {
+  std::mt19937 rng(1234);
+  for (const char* name : {"llama3_like.tokenizer.json", "gpt2_like.tokenizer.json",
+                           "tiktoken.tokenizer.model"}) {
+    const auto tokenizer = Tokenizer::load(test::fixture_path(name));
+    for (int trial = 0; trial < 50; ++trial) {
+      std::string text;
+      const int length = static_cast<int>(rng() % 200);
+      for (int i = 0; i < length; ++i) {
+        const uint32_t r = rng();
+        // Mix ASCII words, multi-byte characters, special-token text and stray bytes.
+        if (r % 7 == 0) text += "héllo wörld ";
+        else if (r % 11 == 0) text += "<|eot_id|>";
+        else text.push_back(static_cast<char>(r >> 8));
+      }
+      EXPECT_EQ(tokenizer->decode(tokenizer->encode(text, false)), text) << name << " " << trial;
+    }
+  }
+}
+
+// The Llama 2 layout (Prepend + Replace normalizer, Strip decoder) round-trips valid UTF-8
+// text that holds no special-token text and no "▁" (which decodes as a space), unseen
+// characters going through byte fallback.
+TEST(SentencePiece, RoundTripsValidText) {
+  const auto tokenizer = Tokenizer::load(test::fixture_path("sp_like.tokenizer.json"));
+  const std::vector<std::string> pool = {"a", "Z", " ", "  ", "\n", "\t", "é", "世", "界",
+                                         "😀", "☃", "\u180e", "0", "9", "'s", ".", "\r\n", "ꙮ"};
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    const int length = static_cast<int>(rng() % 40);
+    for (int i = 0; i < length; ++i) text += pool[rng() % pool.size()];
+    EXPECT_EQ(tokenizer->decode(tokenizer->encode(text, false)), text) << trial;
+  }
+}
+
+TEST(InvalidUtf8, SentencePieceUsesByteFallback) {
+  const auto tokenizer = Tokenizer::load(test::fixture_path("sp_like.tokenizer.json"));
+  const auto ids = tokenizer->encode("ab\xff" "cd", false);
+  const auto ff = tokenizer->token_id("<0xFF>");
+  ASSERT_TRUE(ff.has_value());
+  EXPECT_NE(std::find(ids.begin(), ids.end(), *ff), ids.end());
+  // The runs around the stray byte are normalized separately, each getting its own "▁".
+  EXPECT_EQ(tokenizer->decode(ids), "ab\xff cd");
+}
+
+TEST(MetaPreSplit, CutsLongRunsAndWindows) {
+  std::vector<std::pair<size_t, size_t>> cuts;
+  auto collect = [&](size_t begin, size_t end) { cuts.emplace_back(begin, end); };
+  tok::for_each_meta_chunk(std::string(25000, 'x'), collect);
+  EXPECT_EQ(cuts, (std::vector<std::pair<size_t, size_t>>{{0, 25000}}));
+  cuts.clear();
+  tok::for_each_meta_chunk(std::string(25001, 'x') + "  ", collect);
+  EXPECT_EQ(cuts, (std::vector<std::pair<size_t, size_t>>{{0, 25000}, {25000, 25003}}));
+  cuts.clear();
+  // Lengths count characters, not bytes: 30000 two-byte characters are one 25k cut.
+  std::string wide;
+  for (int i = 0; i < 30000; ++i) wide += "é";
+  tok::for_each_meta_chunk(wide, collect);
+  EXPECT_EQ(cuts, (std::vector<std::pair<size_t, size_t>>{{0, 50000}, {50000, 60000}}));
+  cuts.clear();
+  std::string spaced;
+  for (int i = 0; i < 150000; ++i) spaced += "ab ";
+  tok::for_each_meta_chunk(spaced, collect);
+  EXPECT_EQ(cuts, (std::vector<std::pair<size_t, size_t>>{{0, 400000}, {400000, 450000}}));
+}
+
+TEST(AddedTokens, LeftmostLongestWithoutRescanning) {
+  std::vector<tok::AddedToken> tokens = {{"ab", 1}, {"abc", 2}, {"bcd", 3}, {"d", 4}};
+  std::vector<std::string> patterns = {"ab", "abc", "bcd", "d"};
+  const tok::AddedTokenMatcher matcher(tokens, patterns);
+  std::vector<std::string> pieces;
+  const std::string text = "xabcdab";
+  matcher.split(
+      text, [&](size_t b, size_t e) { pieces.push_back(text.substr(b, e - b)); },
+      [&](int32_t id) { pieces.push_back(fmt::format("#{}", id)); });
+  EXPECT_EQ(pieces, (std::vector<std::string>{"x", "#2", "#4", "#1"}));
+}
+
+TEST(AddedTokens, StripAndSingleWordFlags) {
+  tok::AddedToken mask{"<m>", 7};
+  mask.lstrip = true;
+  mask.rstrip = true;
+  tok::AddedToken cat{"cat", 8};
+  cat.single_word = true;
+  const tok::AddedTokenMatcher matcher({mask, cat}, {"<m>", "cat"});
+  std::vector<std::string> pieces;
+  const std::string text = "a  <m>\t b cat concat";
+  matcher.split(
+      text, [&](size_t b, size_t e) { pieces.push_back(text.substr(b, e - b)); },
+      [&](int32_t id) { pieces.push_back(fmt::format("#{}", id)); });
+  EXPECT_EQ(pieces, (std::vector<std::string>{"a", "#7", "b ", "#8", " concat"}));
+}
+
+}  // namespace
+}  // namespace anvil
