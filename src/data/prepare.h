@@ -1,0 +1,62 @@
+// Dataset preparation (`anvil prepare`): text documents -> tokenized train/val/test shards plus
+// meta.json. Document d goes to a split by u = unit_interval(hash_pair(seed, d)) against the
+// cumulative ratios, so the split is fixed by (inputs, seed) alone. Each document is encoded
+// with the tokenizer's post-processor (BOS where it adds one) and followed by EOS (once: not
+// again when the post-processor's suffix already ends with EOS). Chunks of
+// documents are tokenized in parallel and written in document order, so the bytes written are
+// identical for any thread count. Output is built in a hidden temp folder next to --out and
+// renamed into place at the end: on any error, --out is left untouched.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/shard_format.h"
+
+namespace anvil {
+
+class Tokenizer;
+
+inline constexpr std::array<const char*, 3> kSplitNames = {"train", "val", "test"};
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;  // files, folders or glob patterns
+  std::string out_dir;
+  std::array<double, 3> split_ratios = {0.8, 0.1, 0.1};
+  std::string text_field = "text";
+  std::optional<std::string> doc_separator;
+  uint64_t seed = 0;
+  bool skip_bad_records = false;  // --on-error skip
+  uint64_t part_tokens = kDefaultPartTokens;
+  bool replace_existing = false;  // --force: replace a non-empty --out
+  bool show_progress = true;
+};
+
+struct SplitSummary {
+  uint64_t documents = 0;
+  uint64_t tokens = 0;
+  std::vector<std::string> files;  // shard file names inside out_dir
+};
+
+struct PrepareSummary {
+  std::array<SplitSummary, 3> splits;  // train, val, test
+  uint64_t documents = 0;
+  uint64_t tokens = 0;
+  uint64_t input_bytes = 0;
+  uint64_t skipped_records = 0;
+  uint64_t blank_documents = 0;
+  uint32_t token_bytes = 0;
+  double seconds = 0;
+};
+
+// Parses "0.8,0.1,0.1": three non-negative numbers summing to 1 (within 1e-6).
+std::array<double, 3> parse_split_ratios(const std::string& text);
+// Returns the split (0 train, 1 val, 2 test) of document `index` under `seed`.
+int split_of_document(uint64_t index, uint64_t seed, const std::array<double, 3>& ratios);
+// Prepares the dataset; throws anvil::Error (leaving out_dir untouched) on any bad input.
+PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& tokenizer);
+
+}  // namespace anvil
