@@ -32,8 +32,12 @@ test-sanitize: deps
 	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
 	@cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
 
+# Trains the tiny preset on the fortunes corpus (tokenizer + shards made on first use), then
+# samples from it. A second `make demo` reuses runs/demo and only generates.
 demo: build
 	@$(BUILD_DIR)/anvil info
+	@$(BUILD_DIR)/anvil train --run-dir runs/demo
+	@$(BUILD_DIR)/anvil generate --run runs/demo --prompt "The " --max-new-tokens 120
 
 clean:
 	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(BUILD_DIR).configure.log $(SANITIZE_DIR).configure.log

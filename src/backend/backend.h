@@ -31,10 +31,14 @@ struct AttentionParams {
   bool causal = true;
   // Sliding window: a query at t sees keys in (t - window, t]; 0 disables it.
   int window = 0;
-  // Optional (B, T) i32 document ids: queries attend only to keys of the same document.
+  // Optional (B, Tk) i32 document ids: queries attend only to keys of the same document.
   const Tensor* doc_ids = nullptr;
   // Score scale; 0 means 1/sqrt(head_dim).
   float scale = 0.0f;
+  // Absolute position of query row 0: query row i sits at position q_offset + i while key row
+  // s sits at position s, so k and v may hold Tk >= q_offset + Tq positions (a KV cache).
+  // Masks compare absolute positions; doc_ids then covers the Tk key positions.
+  int q_offset = 0;
 };
 
 struct AdamWParams {
@@ -88,14 +92,16 @@ class Backend : public Allocator {
   virtual void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
                              const RopeParams& params) = 0;
 
-  // out (B, T, Hq, D) = softmax(q k^T * scale + mask) v with Hq a multiple of Hkv (GQA:
-  // query head h uses kv head h / (Hq / Hkv)); lse (B, Hq, T) f32 = logsumexp of the scores.
-  // A row with no visible key (possible only with a window/doc mask excluding itself; never
-  // with causal masking) gets out = 0 and lse = -inf.
+  // out (B, Tq, Hq, D) = softmax(q k^T * scale + mask) v with Hq a multiple of Hkv (GQA:
+  // query head h uses kv head h / (Hq / Hkv)); k, v (B, Tk, Hkv, D) with Tk >= q_offset + Tq
+  // (Tk == Tq in training; params.q_offset places new queries after cached keys when
+  // decoding); lse (B, Hq, Tq) f32 = logsumexp of the scores. A row with no visible key
+  // (possible only with a window/doc mask excluding itself; never with causal masking) gets
+  // out = 0 and lse = -inf.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse,
                                  const AttentionParams& params) = 0;
-  // dq (B, T, Hq, D) =, dk and dv (B, T, Hkv, D) =.
+  // dq (B, Tq, Hq, D) =, dk and dv (B, Tk, Hkv, D) = (shapes and q_offset as in forward).
   virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const Tensor& dq, const Tensor& dk, const Tensor& dv,

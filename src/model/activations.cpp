@@ -42,6 +42,7 @@ BackwardScratch BackwardScratch::sized(const LlamaConfig& config, StepDims dims)
   const int d = config.resolved_head_dim();
   BackwardScratch s;
   s.d_residual = leading_rows(d_residual, n, c);
+  s.d_residual_compute = leading_rows(d_residual_compute, n, c);
   s.d_norm_out = leading_rows(d_norm_out, n, c);
   s.d_attn_out = per_head(d_attn_out, dims, config.n_heads, d);
   s.dq = per_head(dq, dims, config.n_heads, d);
@@ -54,42 +55,47 @@ BackwardScratch BackwardScratch::sized(const LlamaConfig& config, StepDims dims)
 }
 
 void ModelActivations::carve(Arena& arena, const LlamaConfig& config, int max_batch,
-                             int64_t max_rows, int layer_sets, int64_t logits_chunk_rows) {
+                             int64_t max_rows, int layer_sets, int64_t logits_chunk_rows,
+                             DType compute) {
   const int64_t n = max_rows, c = config.dim, f = config.ffn_dim;
   const int64_t q_dim = config.q_dim(), kv_dim = config.kv_dim();
   auto f32 = [&](int64_t numel) { return arena.take(DType::f32, Shape{numel}); };
+  auto act = [&](int64_t numel) { return arena.take(compute, Shape{numel}); };
   auto i32 = [&](int64_t numel) { return arena.take(DType::i32, Shape{numel}); };
 
   residual.clear();
   for (int l = 0; l <= config.n_layers; ++l) residual.push_back(f32(n * c));
   layers.assign(layer_sets, LayerActivations{});
   for (LayerActivations& a : layers) {
-    a.attn_norm_out = f32(n * c);
+    a.attn_norm_out = act(n * c);
     a.attn_rstd = f32(n);
-    a.q = f32(n * q_dim);
-    a.k = f32(n * kv_dim);
-    a.v = f32(n * kv_dim);
-    a.attn_out = f32(n * q_dim);
+    a.q = act(n * q_dim);
+    a.k = act(n * kv_dim);
+    a.v = act(n * kv_dim);
+    a.attn_out = act(n * q_dim);
     a.attn_lse = f32(n * config.n_heads);
     a.resid_mid = f32(n * c);
-    a.mlp_norm_out = f32(n * c);
+    a.mlp_norm_out = act(n * c);
     a.mlp_rstd = f32(n);
-    a.gate = f32(n * f);
-    a.up = f32(n * f);
-    a.swiglu_out = f32(n * f);
+    a.gate = act(n * f);
+    a.up = act(n * f);
+    a.swiglu_out = act(n * f);
   }
+  const bool f32_model = compute == DType::f32;
   scratch.d_residual = f32(n * c);
+  scratch.d_residual_compute = f32_model ? scratch.d_residual : act(n * c);
   scratch.d_norm_out = f32(n * c);
-  scratch.d_attn_out = f32(n * q_dim);
-  scratch.dq = f32(n * q_dim);
-  scratch.dk = f32(n * kv_dim);
-  scratch.dv = f32(n * kv_dim);
-  scratch.d_swiglu = f32(n * f);
-  scratch.d_gate = f32(n * f);
-  scratch.d_up = f32(n * f);
-  final_norm_out = f32(n * c);
+  scratch.d_attn_out = act(n * q_dim);
+  scratch.dq = act(n * q_dim);
+  scratch.dk = act(n * kv_dim);
+  scratch.dv = act(n * kv_dim);
+  scratch.d_swiglu = act(n * f);
+  scratch.d_gate = act(n * f);
+  scratch.d_up = act(n * f);
+  final_norm_out = act(n * c);
   final_rstd = f32(n);
   logits = f32(logits_chunk_rows * config.vocab_size);
+  dlogits = f32_model ? logits : act(logits_chunk_rows * config.vocab_size);
   losses = f32(n);
   last_hidden = f32(int64_t{max_batch} * c);
   tokens = i32(n);
@@ -97,7 +103,7 @@ void ModelActivations::carve(Arena& arena, const LlamaConfig& config, int max_ba
   loss_mask = f32(n);
   doc_ids = i32(n);
   positions = i32(n);
-  ones = f32(config.attention_bias ? n : 1);
+  ones = act(config.attention_bias ? n : 1);
 }
 
 }  // namespace anvil

@@ -3,6 +3,9 @@
 // B * T rows with their real shapes (sized()), which stay contiguous because only the leading
 // dimension shrinks. Saved activations are per layer, or one shared set when activation
 // checkpointing (or inference) recomputes them; the backward scratch is shared by all layers.
+// Dtypes: tensors marked "compute" below (GEMM inputs and outputs that feed GEMMs) have the
+// model's compute dtype (f32 or bf16); the residual stream, norm statistics, lse, logits,
+// losses and the gradients flowing down the residual stream are always f32.
 #pragma once
 
 #include <cstdint>
@@ -22,19 +25,19 @@ struct StepDims {
 
 // What one layer's forward saves for its backward. Shapes as returned by sized().
 struct LayerActivations {
-  Tensor attn_norm_out;  // (N, C) rmsnorm(x) * attn_norm
+  Tensor attn_norm_out;  // (N, C) compute: rmsnorm(x) * attn_norm
   Tensor attn_rstd;      // (N) f32
-  Tensor q;              // (B, T, Hq, D) after rope
-  Tensor k;              // (B, T, Hkv, D) after rope
-  Tensor v;              // (B, T, Hkv, D)
-  Tensor attn_out;       // (B, T, Hq, D)
+  Tensor q;              // (B, T, Hq, D) compute, after rope
+  Tensor k;              // (B, T, Hkv, D) compute, after rope
+  Tensor v;              // (B, T, Hkv, D) compute
+  Tensor attn_out;       // (B, T, Hq, D) compute
   Tensor attn_lse;       // (B, Hq, T) f32
-  Tensor resid_mid;      // (N, C) x + o_proj(attn_out)
-  Tensor mlp_norm_out;   // (N, C)
+  Tensor resid_mid;      // (N, C) f32: x + o_proj(attn_out)
+  Tensor mlp_norm_out;   // (N, C) compute
   Tensor mlp_rstd;       // (N) f32
-  Tensor gate;           // (N, F)
-  Tensor up;             // (N, F)
-  Tensor swiglu_out;     // (N, F) silu(gate) * up
+  Tensor gate;           // (N, F) compute
+  Tensor up;             // (N, F) compute
+  Tensor swiglu_out;     // (N, F) compute: silu(gate) * up
 
   // Returns views of the first dims.rows() rows with the shapes documented above.
   LayerActivations sized(const LlamaConfig& config, StepDims dims) const;
@@ -42,15 +45,18 @@ struct LayerActivations {
 
 // Gradients of activations, overwritten layer after layer during backward.
 struct BackwardScratch {
-  Tensor d_residual;  // (N, C) gradient of the residual stream flowing down the layers
-  Tensor d_norm_out;  // (N, C) gradient of an rmsnorm output
-  Tensor d_attn_out;  // (B, T, Hq, D)
-  Tensor dq;          // (B, T, Hq, D)
-  Tensor dk;          // (B, T, Hkv, D)
-  Tensor dv;          // (B, T, Hkv, D)
-  Tensor d_swiglu;    // (N, F)
-  Tensor d_gate;      // (N, F)
-  Tensor d_up;        // (N, F)
+  Tensor d_residual;  // (N, C) f32 gradient of the residual stream flowing down the layers
+  // (N, C) compute: d_residual in the compute dtype, the GEMM operand of the projections that
+  // write the residual stream; the same view as d_residual for an f32 model.
+  Tensor d_residual_compute;
+  Tensor d_norm_out;  // (N, C) f32 gradient of an rmsnorm output
+  Tensor d_attn_out;  // (B, T, Hq, D) compute
+  Tensor dq;          // (B, T, Hq, D) compute
+  Tensor dk;          // (B, T, Hkv, D) compute
+  Tensor dv;          // (B, T, Hkv, D) compute
+  Tensor d_swiglu;    // (N, F) compute
+  Tensor d_gate;      // (N, F) compute
+  Tensor d_up;        // (N, F) compute
 
   // Returns views of the first dims.rows() rows with the shapes documented above.
   BackwardScratch sized(const LlamaConfig& config, StepDims dims) const;
@@ -61,9 +67,12 @@ struct ModelActivations {
   std::vector<Tensor> residual;  // n_layers + 1 of (N, C): embeddings, then each layer's output
   std::vector<LayerActivations> layers;  // n_layers sets, or 1 when recomputed
   BackwardScratch scratch;
-  Tensor final_norm_out;  // (N, C)
+  Tensor final_norm_out;  // (N, C) compute
   Tensor final_rstd;      // (N) f32
-  Tensor logits;          // (logits_chunk_rows, V) f32, also the dlogits of that chunk
+  Tensor logits;          // (logits_chunk_rows, V) f32
+  // (logits_chunk_rows, V) compute: the chunk's dlogits; the same view as logits (written in
+  // place) for an f32 model.
+  Tensor dlogits;
   Tensor losses;          // (N) f32
   Tensor last_hidden;     // (max_batch, C) last position of each row, for generation
   Tensor tokens;          // (N) i32 device copy of the input ids
@@ -71,12 +80,12 @@ struct ModelActivations {
   Tensor loss_mask;       // (N) f32
   Tensor doc_ids;         // (N) i32
   Tensor positions;       // (N) i32
-  Tensor ones;            // (N) f32 all ones: the broadcast operand of bias add and bias grad
+  Tensor ones;            // (N) compute, all ones: the operand of bias add and bias grad
 
   // Carves every tensor for `config` at capacity `max_rows` (B * T); `layer_sets` is the
-  // number of saved-activation sets.
+  // number of saved-activation sets; `compute` is the compute dtype (f32 or bf16).
   void carve(Arena& arena, const LlamaConfig& config, int max_batch, int64_t max_rows,
-             int layer_sets, int64_t logits_chunk_rows);
+             int layer_sets, int64_t logits_chunk_rows, DType compute);
 };
 
 // Returns rows [0, rows) of a flat capacity tensor viewed as (rows, cols).

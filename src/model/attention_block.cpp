@@ -41,8 +41,9 @@ void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, co
                               const BackwardScratch& s) {
   Backend& backend = *ctx.backend;
   // o_proj: d_attn_out (B,T,Hq,D) =, dWo +=.
-  linear_backward_input(backend, s.d_residual, w.wo, s.d_attn_out, false);
-  linear_backward_weight(backend, s.d_residual, a.attn_out, g.wo);
+  const Tensor d_resid_mid = as_compute_operand(backend, s.d_residual, s.d_residual_compute);
+  linear_backward_input(backend, d_resid_mid, w.wo, s.d_attn_out, false);
+  linear_backward_weight(backend, d_resid_mid, a.attn_out, g.wo);
   // attention: dq, dk, dv =; then undo the rotation in place.
   backend.attention_backward(s.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, s.dq, s.dk, s.dv,
                              ctx.attention());

@@ -57,12 +57,13 @@ void head_block_forward_backward(const BlockContext& ctx, const LlamaWeights& w,
   for (int64_t begin = 0; begin < n; begin += step) {
     const int64_t end = std::min(n, begin + step);
     const Tensor logits = leading_rows(acts.logits, end - begin, v);
+    const Tensor dlogits = leading_rows(acts.dlogits, end - begin, v);
     const Tensor rows = normed.slice(begin, end);
     linear_forward(backend, rows, w.lm_head, logits);
-    chunk_loss(ctx, logits, loss, acts, begin, end, &logits, grad_scale);
-    // logits now hold dlogits: d_normed rows =, dW_head +=.
-    linear_backward_input(backend, logits, w.lm_head, d_normed.slice(begin, end), false);
-    linear_backward_weight(backend, logits, rows, g.lm_head);
+    chunk_loss(ctx, logits, loss, acts, begin, end, &dlogits, grad_scale);
+    // d_normed rows =, dW_head +=.
+    linear_backward_input(backend, dlogits, w.lm_head, d_normed.slice(begin, end), false);
+    linear_backward_weight(backend, dlogits, rows, g.lm_head);
   }
   const Tensor d_residual = leading_rows(acts.scratch.d_residual, n, c);
   backend.fill_zero(d_residual);

@@ -1,8 +1,9 @@
 // The ends of the network: the token embedding at the bottom and, at the top, the final
 // rmsnorm, the lm head (lm_head.weight, or the embedding table when tied) and the fused
 // softmax cross-entropy. The head runs over row chunks of at most logits_chunk_rows so the
-// (N, V) logits never exist at once: per chunk, logits -> loss and dlogits (in place) ->
-// input and weight gradients. Parameter gradients are accumulated (+=).
+// (N, V) logits never exist at once: per chunk, f32 logits -> loss and dlogits (in place for
+// an f32 model, into the compute-dtype chunk otherwise) -> input and weight gradients.
+// Parameter gradients are accumulated (+=).
 #pragma once
 
 #include "model/activations.h"

@@ -18,16 +18,9 @@ KvCache::KvCache(const LlamaConfig& config, Backend& backend, int max_batch, int
     keys_.emplace_back(base + (2 * l) * tensor_bytes, DType::f32, shape, backend.device());
     values_.emplace_back(base + (2 * l + 1) * tensor_bytes, DType::f32, shape, backend.device());
   }
-  const Shape window{1, max_len, config.n_heads, config.resolved_head_dim()};
-  const size_t window_bytes = static_cast<size_t>(window.numel()) * sizeof(float);
-  const size_t lse_bytes = static_cast<size_t>(max_len) * config.n_heads * sizeof(float);
-  scratch_ = Buffer(backend, 2 * window_bytes + lse_bytes);
-  char* scratch = static_cast<char*>(scratch_.data());
-  query_window_ = Tensor(scratch, DType::f32, window, backend.device());
-  output_window_ = Tensor(scratch + window_bytes, DType::f32, window, backend.device());
-  lse_window_ = Tensor(scratch + 2 * window_bytes, DType::f32, Shape{1, config.n_heads, max_len},
-                       backend.device());
-  backend.fill_zero(query_window_);
+  const int64_t lse_floats = int64_t{max_len} * config.n_heads;
+  scratch_ = Buffer(backend, static_cast<size_t>(lse_floats) * sizeof(float));
+  lse_scratch_ = scratch_.as(DType::f32, Shape{lse_floats});
 }
 
 void KvCache::reset() {

@@ -1,10 +1,8 @@
 // KvCache: the keys and values (after RoPE) of every layer for the positions generated so far,
 // so decoding a token attends to the cache instead of recomputing the prefix. Each batch row
-// has its own (max_len, Hkv, D) block per layer, so the first `length` positions of a row are
-// one contiguous (1, length, Hkv, D) tensor for the attention op. All rows share one length.
-// The attention op takes equal query and key lengths, so decoding places new queries at their
-// positions in a zero-initialised (1, max_len, Hq, D) query window and runs causal attention
-// over the whole window (extra attention work, never extra projections or MLPs).
+// has its own (max_len, Hkv, D) f32 block per layer, so the first `length` positions of a row
+// are one contiguous (1, length, Hkv, D) tensor for the attention op, which places the new
+// queries after them (AttentionParams::q_offset). All rows share one length.
 #pragma once
 
 #include <vector>
@@ -33,10 +31,8 @@ class KvCache {
   Tensor keys(int layer) const { return keys_[layer]; }
   // Returns layer `layer`'s values (max_batch, max_len, Hkv, D).
   Tensor values(int layer) const { return values_[layer]; }
-  // Returns the query window (1, max_len, Hq, D), its attention output and lse (1, Hq, max_len).
-  Tensor query_window() const { return query_window_; }
-  Tensor output_window() const { return output_window_; }
-  Tensor lse_window() const { return lse_window_; }
+  // Returns max_len * Hq f32 of scratch for the attention op's lse of new queries.
+  Tensor lse_scratch() const { return lse_scratch_; }
   // Checks that `n` more positions of `batch` rows fit (and that the batch did not change).
   void check_append(int batch, int n) const;
   // Records `n` positions of `batch` rows as cached once their keys and values are written.
@@ -51,9 +47,7 @@ class KvCache {
   std::vector<Tensor> keys_;
   std::vector<Tensor> values_;
   Buffer scratch_;
-  Tensor query_window_;
-  Tensor output_window_;
-  Tensor lse_window_;
+  Tensor lse_scratch_;
 };
 
 }  // namespace anvil

@@ -42,4 +42,10 @@ void bias_backward(Backend& backend, const Tensor& ones, const Tensor& dy, const
   backend.matmul(ones_column, dy2, dbias.view(Shape{1, out}), true, false, 1.0f, 1.0f);
 }
 
+Tensor as_compute_operand(Backend& backend, const Tensor& value, const Tensor& staging) {
+  if (staging.data == value.data) return value;
+  backend.cast(value, staging);
+  return staging;
+}
+
 }  // namespace anvil

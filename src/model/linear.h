@@ -20,5 +20,8 @@ void linear_backward_weight(Backend& backend, const Tensor& dy, const Tensor& x,
                             const Tensor& dweight);
 // dbias (out) += column sums of dy (N, out), computed as ones^T (1, N) @ dy.
 void bias_backward(Backend& backend, const Tensor& ones, const Tensor& dy, const Tensor& dbias);
+// Returns `value` as a GEMM operand in `staging`'s dtype: `value` itself when staging is the
+// same view (an f32 model), otherwise staging after casting value into it.
+Tensor as_compute_operand(Backend& backend, const Tensor& value, const Tensor& staging);
 
 }  // namespace anvil

@@ -13,7 +13,10 @@ namespace anvil {
 
 namespace {
 
-constexpr int64_t kLogitsChunkElements = int64_t{1} << 26;
+// 2^23 floats (32 MiB of f32 logits): 1024 rows of an 8k vocabulary, 64 of a 128k one. The
+// lm-head GEMMs stay at full speed with that many rows, and the (N, V) logits of long batches
+// never dominate peak memory.
+constexpr int64_t kLogitsChunkElements = int64_t{1} << 23;
 
 // Returns t on the backend's device as a flat (N) tensor: t itself when it already lives
 // there, otherwise `staging` after a host-to-device copy.
@@ -38,8 +41,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
     : config_(config), backend_(&backend), options_(options) {
   config_.validate();
   if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len;
-  ANVIL_CHECK(options_.compute_dtype == DType::f32,
-              "[model] compute dtype {} is not implemented yet; use f32",
+  ANVIL_CHECK(options_.compute_dtype == DType::f32 || options_.compute_dtype == DType::bf16,
+              "[model] compute dtype must be f32 or bf16, got {}",
               dtype_name(options_.compute_dtype));
   ANVIL_CHECK(options_.max_batch >= 1, "[model] max_batch must be at least 1, got {}",
               options_.max_batch);
@@ -49,10 +52,12 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   ANVIL_CHECK(options_.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
               options_.logits_chunk_rows);
   layout_ = make_llama_layout(config_, options_.decay_embeddings);
-  params_ = ParameterSet(layout_, backend);
-  grads_ = ParameterSet(layout_, backend);
+  params_ = ParameterSet(layout_, backend, options_.allocate_weights);
+  grads_ = ParameterSet(layout_, backend, options_.allocate_gradients);
   weights_ = llama_weight_views(config_, params_);
   grad_views_ = llama_weight_views(config_, grads_);
+  if (options_.compute_dtype != DType::f32)
+    compute_ = ComputeWeights(config_, layout_, backend, options_.compute_dtype);
 
   const int64_t max_rows = int64_t{options_.max_batch} * options_.max_seq;
   int64_t chunk = options_.logits_chunk_rows;
@@ -60,11 +65,17 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   chunk = std::min(chunk, max_rows);
   const int layer_sets = options_.activation_checkpointing ? 1 : config_.n_layers;
   arena_.build(backend, [&](Arena& arena) {
-    acts_.carve(arena, config_, options_.max_batch, max_rows, layer_sets, chunk);
+    acts_.carve(arena, config_, options_.max_batch, max_rows, layer_sets, chunk,
+                options_.compute_dtype);
   });
   if (config_.attention_bias) {
-    const std::vector<float> ones(static_cast<size_t>(max_rows), 1.0f);
-    backend.copy_from_host(acts_.ones, ones.data());
+    if (options_.compute_dtype == DType::f32) {
+      const std::vector<float> ones(static_cast<size_t>(max_rows), 1.0f);
+      backend.copy_from_host(acts_.ones, ones.data());
+    } else {
+      const std::vector<uint16_t> ones(static_cast<size_t>(max_rows), float_to_bf16(1.0f));
+      backend.copy_from_host(acts_.ones, ones.data());
+    }
   }
   host_positions_.resize(static_cast<size_t>(max_rows));
   host_losses_.resize(static_cast<size_t>(max_rows));
@@ -74,6 +85,16 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
 
 void LlamaModel::init_weights(uint64_t seed) {
   init_llama_weights(config_, params_, *backend_, seed);
+}
+
+void LlamaModel::bind_weights(int group, const Tensor& storage) {
+  params_.bind(group, storage);
+  refresh_group_views(config_, params_, group, weights_);
+}
+
+void LlamaModel::bind_gradients(int group, const Tensor& storage) {
+  grads_.bind(group, storage);
+  refresh_group_views(config_, grads_, group, grad_views_);
 }
 
 StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
@@ -138,18 +159,18 @@ void LlamaModel::layer_forward(const BlockContext& ctx, int layer, LayerActivati
   LayerActivations a = stored.sized(config_, ctx.dims);
   const Tensor x = leading_rows(acts_.residual[layer], n, c);
   const Tensor out = leading_rows(acts_.residual[layer + 1], n, c);
-  attention_block_forward(ctx, weights_.layers[layer], x, a);
-  mlp_block_forward(ctx, weights_.layers[layer], a, out);
+  attention_block_forward(ctx, compute_weights().layers[layer], x, a);
+  mlp_block_forward(ctx, compute_weights().layers[layer], a, out);
 }
 
 void LlamaModel::embed_and_layers_forward(const BlockContext& ctx, bool save_for_backward) {
   const int64_t n = ctx.dims.rows(), c = config_.dim;
-  call_hook(&GroupHooks::before_forward, kEmbeddingGroup);
-  embedding_block_forward(ctx, weights_.embedding, tokens_view_,
+  begin_forward(kEmbeddingGroup);
+  embedding_block_forward(ctx, compute_weights().embedding, tokens_view_,
                           leading_rows(acts_.residual[0], n, c));
   call_hook(&GroupHooks::after_forward, kEmbeddingGroup);
   for (int l = 0; l < config_.n_layers; ++l) {
-    call_hook(&GroupHooks::before_forward, layer_group(l));
+    begin_forward(layer_group(l));
     layer_forward(ctx, l, save_for_backward ? saved_activations(l) : acts_.layers[0]);
     call_hook(&GroupHooks::after_forward, layer_group(l));
   }
@@ -170,27 +191,27 @@ LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
   const int head = head_group(config_);
   embed_and_layers_forward(ctx, true);
 
-  call_hook(&GroupHooks::before_forward, head);
-  head_block_forward_backward(ctx, weights_, grad_views_,
+  begin_forward(head);
+  head_block_forward_backward(ctx, compute_weights(), grad_views_,
                               leading_rows(acts_.residual[config_.n_layers], n, c), acts_,
                               loss_targets(), grad_scale);
   call_hook(&GroupHooks::after_backward, head);
 
   const BackwardScratch scratch = acts_.scratch.sized(config_, dims);
   for (int l = config_.n_layers - 1; l >= 0; --l) {
-    call_hook(&GroupHooks::before_backward, layer_group(l));
+    begin_backward(layer_group(l));
     // With checkpointing the shared set still holds the last layer from the forward pass.
     if (options_.activation_checkpointing && l != config_.n_layers - 1) {
       layer_forward(ctx, l, acts_.layers[0]);
     }
     const LayerActivations a = saved_activations(l).sized(config_, dims);
-    mlp_block_backward(ctx, weights_.layers[l], grad_views_.layers[l], a, scratch);
-    attention_block_backward(ctx, weights_.layers[l], grad_views_.layers[l],
+    mlp_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l], a, scratch);
+    attention_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l],
                              leading_rows(acts_.residual[l], n, c), a, scratch);
     call_hook(&GroupHooks::after_backward, layer_group(l));
   }
 
-  call_hook(&GroupHooks::before_backward, kEmbeddingGroup);
+  begin_backward(kEmbeddingGroup);
   embedding_block_backward(ctx, tokens_view_, scratch.d_residual, grad_views_.embedding);
   call_hook(&GroupHooks::after_backward, kEmbeddingGroup);
   return LossSum{sum_losses(dims), count_loss_tokens(batch)};
@@ -202,8 +223,8 @@ LossSum LlamaModel::forward_loss(const Batch& batch) {
   const BlockContext ctx = make_context(dims);
   embed_and_layers_forward(ctx, false);
   const int head = head_group(config_);
-  call_hook(&GroupHooks::before_forward, head);
-  head_block_forward_loss(ctx, weights_,
+  begin_forward(head);
+  head_block_forward_loss(ctx, compute_weights(),
                           leading_rows(acts_.residual[config_.n_layers], dims.rows(), config_.dim),
                           acts_, loss_targets());
   call_hook(&GroupHooks::after_forward, head);
@@ -219,9 +240,10 @@ void LlamaModel::forward_logits(const Tensor& tokens, const Tensor& logits, cons
   const BlockContext ctx = make_context(dims);
   embed_and_layers_forward(ctx, false);
   const int head = head_group(config_);
-  call_hook(&GroupHooks::before_forward, head);
+  begin_forward(head);
   head_block_forward_logits(
-      ctx, weights_, leading_rows(acts_.residual[config_.n_layers], dims.rows(), config_.dim),
+      ctx, compute_weights(),
+      leading_rows(acts_.residual[config_.n_layers], dims.rows(), config_.dim),
       acts_, logits.view(Shape{dims.rows(), config_.vocab_size}));
   call_hook(&GroupHooks::after_forward, head);
 }
@@ -262,6 +284,16 @@ int64_t LlamaModel::count_loss_tokens(const Batch& batch) {
 
 void LlamaModel::call_hook(void (GroupHooks::*hook)(int), int group) {
   if (hooks_) (hooks_->*hook)(group);
+}
+
+void LlamaModel::begin_forward(int group) {
+  call_hook(&GroupHooks::before_forward, group);
+  if (compute_.enabled()) compute_.refresh(group, params_.group(group), weights_, true);
+}
+
+void LlamaModel::begin_backward(int group) {
+  call_hook(&GroupHooks::before_backward, group);
+  if (compute_.enabled()) compute_.refresh(group, params_.group(group), weights_, false);
 }
 
 }  // namespace anvil

@@ -16,6 +16,7 @@
 #include "model/activations.h"
 #include "model/batch.h"
 #include "model/block_context.h"
+#include "model/compute_weights.h"
 #include "model/head_block.h"
 #include "model/kv_cache.h"
 #include "model/llama_config.h"
@@ -26,11 +27,17 @@ namespace anvil {
 struct ModelOptions {
   int max_batch = 1;                 // largest B any call will use
   int max_seq = 0;                   // largest T any call will use (0 = config.max_seq_len)
-  DType compute_dtype = DType::f32;  // only f32 for now; bf16 is rejected
+  // f32, or bf16 for mixed precision: bf16 activations and GEMM operands with f32
+  // accumulation, f32 master weights, gradients, residual stream, norms and loss.
+  DType compute_dtype = DType::f32;
   bool activation_checkpointing = false;
   bool decay_embeddings = true;  // weight decay flag of model.embed_tokens.weight
-  // Rows of logits materialised at once by the head (0 = as many as fit in 2^26 floats).
+  // Rows of logits materialised at once by the head (0 = as many as fit in 2^23 floats).
   int64_t logits_chunk_rows = 0;
+  // When false the model allocates no weight (gradient) buffers: a parallel layer binds each
+  // group to storage it owns (bind_weights / bind_gradients) before the group is used.
+  bool allocate_weights = true;
+  bool allocate_gradients = true;
 };
 
 // Observer of parameter-group use, called on the thread that runs the model. A group's
@@ -79,6 +86,11 @@ class LlamaModel {
   void init_weights(uint64_t seed);
   // Sets the group observer (nullptr removes it).
   void set_group_hooks(GroupHooks* hooks) { hooks_ = hooks; }
+  // Points the weights of `group` at `storage` (f32, at least the group's padded size; not
+  // owned) until rebound; what the model computes from the same values does not change.
+  void bind_weights(int group, const Tensor& storage);
+  // Points the gradients of `group` at `storage`, as bind_weights does for weights.
+  void bind_gradients(int group, const Tensor& storage);
 
   // Runs forward and backward: gradients += d(grad_scale * sum of token losses)/d(weights).
   // Returns the (unscaled) loss sum and counted-token count of the batch.
@@ -107,6 +119,14 @@ class LlamaModel {
   LossTargets loss_targets() const;
   double sum_losses(StepDims dims);
   void call_hook(void (GroupHooks::*hook)(int), int group);
+  // Calls before_forward(group), then refreshes the group's compute-dtype weight copy.
+  void begin_forward(int group);
+  // Calls before_backward(group), then re-points the group's compute views at its masters.
+  void begin_backward(int group);
+  // Returns the weights the blocks compute with (the masters for an f32 model).
+  const LlamaWeights& compute_weights() const {
+    return compute_.enabled() ? compute_.views() : weights_;
+  }
 
   LlamaConfig config_;
   Backend* backend_;
@@ -116,6 +136,7 @@ class LlamaModel {
   ParameterSet grads_;
   LlamaWeights weights_;
   LlamaWeights grad_views_;
+  ComputeWeights compute_;  // bf16 copies of the weights; empty for an f32 model
   Arena arena_;
   ModelActivations acts_;
   GroupHooks* hooks_ = nullptr;

@@ -12,26 +12,23 @@ namespace anvil {
 
 namespace {
 
-// Runs causal attention of new queries q (n, Hq, D) at positions [start, end) over cached keys
-// and values (max_len, Hkv, D) of one batch row, writing out (n, Hq, D). The backend op takes
-// equal query and key lengths, so the queries sit at their positions inside the cache's query
-// window (earlier rows hold finite leftovers whose outputs are ignored) and only rows
-// [start, end) of the result are kept.
+// Runs causal attention of new queries q (n, Hq, D) at positions [start, start + n) of one
+// batch row over its cached keys and values (max_len, Hkv, D), whose first start + n rows are
+// filled, writing out (n, Hq, D). The queries carry their absolute positions (q_offset), so
+// the work is O(n * (start + n)): each decoding step attends once to the cache.
 void cached_attention(Backend& backend, const KvCache& cache, const Tensor& q,
-                      const Tensor& cached_k, const Tensor& cached_v, int start, int end,
+                      const Tensor& cached_k, const Tensor& cached_v, int start,
                       const Tensor& out) {
-  const Tensor window = cache.query_window()[0];  // (max_len, Hq, D)
-  backend.copy(window.slice(start, end), q);
-  const auto prefix = [end](const Tensor& t) {
-    return t.slice(0, end).view(Shape{1, end, t.shape[1], t.shape[2]});
+  const int64_t n = q.shape[0], heads = q.shape[1], end = start + n;
+  const auto batch_of_one = [](const Tensor& t, int64_t rows) {
+    return t.slice(0, rows).view(Shape{1, rows, t.shape[1], t.shape[2]});
   };
-  const Tensor lse = cache.lse_window().flat(0, int64_t{end} * cache.lse_window().shape[1]);
-  const Tensor output = cache.output_window()[0];
+  const Tensor lse = cache.lse_scratch().flat(0, heads * n).view(Shape{1, heads, n});
   AttentionParams params;
   params.causal = true;
-  backend.attention_forward(prefix(window), prefix(cached_k), prefix(cached_v), prefix(output),
-                            lse.view(Shape{1, cache.lse_window().shape[1], end}), params);
-  backend.copy(out, output.slice(start, end));
+  params.q_offset = start;
+  backend.attention_forward(batch_of_one(q, n), batch_of_one(cached_k, end),
+                            batch_of_one(cached_v, end), batch_of_one(out, n), lse, params);
 }
 
 }  // namespace
@@ -46,24 +43,25 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor
   const int64_t n = dims.rows(), c = config_.dim;
   const int end = start + dims.seq;
 
-  call_hook(&GroupHooks::before_forward, kEmbeddingGroup);
-  embedding_block_forward(ctx, weights_.embedding, tokens_view_,
+  begin_forward(kEmbeddingGroup);
+  embedding_block_forward(ctx, compute_weights().embedding, tokens_view_,
                           leading_rows(acts_.residual[0], n, c));
   call_hook(&GroupHooks::after_forward, kEmbeddingGroup);
   for (int l = 0; l < config_.n_layers; ++l) {
-    call_hook(&GroupHooks::before_forward, layer_group(l));
+    begin_forward(layer_group(l));
     LayerActivations a = acts_.layers[0].sized(config_, dims);
     const Tensor x = leading_rows(acts_.residual[l], n, c);
-    attention_qkv_forward(ctx, weights_.layers[l], x, a);
+    attention_qkv_forward(ctx, compute_weights().layers[l], x, a);
     for (int b = 0; b < dims.batch; ++b) {
       const Tensor cached_k = cache.keys(l)[b];
       const Tensor cached_v = cache.values(l)[b];
-      backend_->copy(cached_k.slice(start, end), a.k[b]);
-      backend_->copy(cached_v.slice(start, end), a.v[b]);
-      cached_attention(*backend_, cache, a.q[b], cached_k, cached_v, start, end, a.attn_out[b]);
+      backend_->cast(a.k[b], cached_k.slice(start, end));
+      backend_->cast(a.v[b], cached_v.slice(start, end));
+      cached_attention(*backend_, cache, a.q[b], cached_k, cached_v, start, a.attn_out[b]);
     }
-    attention_output_forward(ctx, weights_.layers[l], x, a);
-    mlp_block_forward(ctx, weights_.layers[l], a, leading_rows(acts_.residual[l + 1], n, c));
+    attention_output_forward(ctx, compute_weights().layers[l], x, a);
+    mlp_block_forward(ctx, compute_weights().layers[l], a,
+                      leading_rows(acts_.residual[l + 1], n, c));
     call_hook(&GroupHooks::after_forward, layer_group(l));
   }
   cache.commit_append(dims.batch, dims.seq);
@@ -78,8 +76,8 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor
   BlockContext head_ctx = ctx;
   head_ctx.dims = StepDims{dims.batch, 1};
   const int head = head_group(config_);
-  call_hook(&GroupHooks::before_forward, head);
-  head_block_forward_logits(head_ctx, weights_, last, acts_, logits);
+  begin_forward(head);
+  head_block_forward_logits(head_ctx, compute_weights(), last, acts_, logits);
   call_hook(&GroupHooks::after_forward, head);
 }
 

@@ -50,8 +50,14 @@ std::string layer_param_name(int layer, const char* suffix);
 std::shared_ptr<const ParameterLayout> make_llama_layout(const LlamaConfig& config,
                                                          bool decay_embeddings);
 
-// Returns views of every tensor in a set built on make_llama_layout(config, ...).
+// Returns views of every tensor in a set built on make_llama_layout(config, ...); the
+// tensors of groups without storage are left undefined.
 LlamaWeights llama_weight_views(const LlamaConfig& config, const ParameterSet& set);
+
+// Recomputes the views of one group's tensors after it was bound to other storage (group 0
+// also refreshes a tied lm_head).
+void refresh_group_views(const LlamaConfig& config, const ParameterSet& set, int group,
+                         LlamaWeights& views);
 
 // Initialises a set in place: matrices and embeddings ~ normal(0, 0.02), o_proj and
 // down_proj additionally scaled by 1/sqrt(2 * n_layers), norms = 1, biases = 0. Each tensor
@@ -59,5 +65,11 @@ LlamaWeights llama_weight_views(const LlamaConfig& config, const ParameterSet& s
 // depends only on (seed, name, index).
 void init_llama_weights(const LlamaConfig& config, ParameterSet& set, Backend& backend,
                         uint64_t seed);
+
+// Writes the initial values of one group (layout().group_numel(group) floats, padding zero)
+// into host memory, exactly as init_llama_weights would, so a sharded owner can initialise a
+// group without the set holding it.
+void init_llama_group(const LlamaConfig& config, const ParameterLayout& layout, int group,
+                      uint64_t seed, float* host);
 
 }  // namespace anvil

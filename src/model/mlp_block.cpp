@@ -22,8 +22,9 @@ void mlp_block_backward(const BlockContext& ctx, const LayerWeights& w, const La
                         const LayerActivations& a, const BackwardScratch& s) {
   Backend& backend = *ctx.backend;
   // down_proj: d_swiglu (N,F) =, dWdown +=.
-  linear_backward_input(backend, s.d_residual, w.w_down, s.d_swiglu, false);
-  linear_backward_weight(backend, s.d_residual, a.swiglu_out, g.w_down);
+  const Tensor d_out = as_compute_operand(backend, s.d_residual, s.d_residual_compute);
+  linear_backward_input(backend, d_out, w.w_down, s.d_swiglu, false);
+  linear_backward_weight(backend, d_out, a.swiglu_out, g.w_down);
   // swiglu: d_gate, d_up (N,F) =.
   backend.swiglu_backward(s.d_swiglu, a.gate, a.up, s.d_gate, s.d_up);
   // gate/up: d_norm_out (N,C) = d_gate Wgate + d_up Wup; dWgate, dWup +=.

@@ -55,19 +55,43 @@ int ParameterLayout::index_of(const std::string& name) const {
   return index;
 }
 
-ParameterSet::ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend)
+ParameterSet::ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend,
+                           bool allocate)
     : layout_(std::move(layout)), backend_(&backend) {
   ANVIL_CHECK(layout_ != nullptr, "[params] a parameter set needs a layout");
-  groups_.reserve(layout_->group_count());
+  groups_.resize(static_cast<size_t>(layout_->group_count()));
+  bound_.resize(static_cast<size_t>(layout_->group_count()));
+  if (!allocate) return;
   for (int g = 0; g < layout_->group_count(); ++g) {
-    groups_.emplace_back(backend, static_cast<size_t>(layout_->group_numel(g)) * sizeof(float));
+    groups_[g] = Buffer(backend, static_cast<size_t>(layout_->group_numel(g)) * sizeof(float));
   }
   zero();
 }
 
 Tensor ParameterSet::group(int group) const {
   const int64_t numel = layout_->group_numel(group);
+  if (bound_[group].defined()) return bound_[group].flat(0, numel);
+  ANVIL_CHECK(groups_[group].data() != nullptr,
+              "[params] parameter group {} has no storage (the parallel layer binds it)", group);
   return groups_[group].as(DType::f32, Shape{numel});
+}
+
+void ParameterSet::bind(int group, const Tensor& storage) {
+  const int64_t numel = layout_->group_numel(group);
+  if (storage.defined()) {
+    ANVIL_CHECK(storage.dtype == DType::f32 && storage.numel() >= numel,
+                "[params] group {} needs f32 storage of at least {} elements, got {} {}", group,
+                numel, storage.numel(), dtype_name(storage.dtype));
+    ANVIL_CHECK(storage.device == backend_->device(),
+                "[params] storage bound to group {} lives on another device", group);
+  }
+  bound_[group] = storage;
+}
+
+bool ParameterSet::has_storage(int group) const {
+  ANVIL_CHECK(group >= 0 && group < group_count(), "[params] group {} out of range (0..{})", group,
+              group_count() - 1);
+  return bound_[group].defined() || groups_[group].data() != nullptr;
 }
 
 Tensor ParameterSet::tensor(int index) const {
@@ -82,7 +106,8 @@ Tensor ParameterSet::tensor(const std::string& name) const {
 }
 
 void ParameterSet::zero() {
-  for (int g = 0; g < group_count(); ++g) backend_->fill_zero(group(g));
+  for (int g = 0; g < group_count(); ++g)
+    if (has_storage(g)) backend_->fill_zero(group(g));
 }
 
 }  // namespace anvil

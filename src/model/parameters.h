@@ -54,11 +54,16 @@ class ParameterLayout {
   std::unordered_map<std::string, int> index_;
 };
 
-// One f32 buffer per group of a layout, allocated on a backend and zero-filled.
+// One f32 buffer per group of a layout, allocated on a backend and zero-filled. A parallel
+// layer may instead bind a group to storage it owns (a sharded or gathered buffer); the set
+// then reads and writes that storage until it is rebound.
 class ParameterSet {
  public:
   ParameterSet() = default;
-  ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend);
+  // Allocates and zeroes every group, or allocates nothing when `allocate` is false (each
+  // group must then be bound before use).
+  ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend,
+               bool allocate = true);
 
   const ParameterLayout& layout() const { return *layout_; }
   std::shared_ptr<const ParameterLayout> shared_layout() const { return layout_; }
@@ -69,13 +74,19 @@ class ParameterSet {
   Tensor tensor(int index) const;
   // Returns the named parameter; throws if the layout has no such name.
   Tensor tensor(const std::string& name) const;
-  // Sets every group to zero (padding included).
+  // Sets every group that has storage to zero (padding included).
   void zero();
+  // Points group g at `storage` (f32, at least group_numel(g) elements, on the set's backend;
+  // not owned); an undefined tensor returns the group to its own buffer, if it has one.
+  void bind(int group, const Tensor& storage);
+  // Returns whether group g has storage (its own buffer or a bound tensor).
+  bool has_storage(int group) const;
 
  private:
   std::shared_ptr<const ParameterLayout> layout_;
   Backend* backend_ = nullptr;
-  std::vector<Buffer> groups_;
+  std::vector<Buffer> groups_;  // empty buffers when the set was built without allocation
+  std::vector<Tensor> bound_;   // external storage per group; undefined when not bound
 };
 
 }  // namespace anvil

@@ -64,13 +64,12 @@ void AdamW::step(double lr, double grad_scale) {
     const Tensor v = v_buffers_[g].as(DType::f32, {n});
     for (const ParamSpan& span : group.spans) {
       params.weight_decay = span.weight_decay ? static_cast<float>(hyper_.weight_decay) : 0.0f;
-      const Tensor copy = group.param_copy.defined()
-                              ? group.param_copy.flat(span.offset, span.count)
-                              : Tensor();
+      const Tensor copy =
+          group.param_copy.defined() ? group.param_copy.flat(span.offset, span.count) : Tensor();
       backend_.adamw_step(group.params.flat(span.offset, span.count),
                           group.grads.flat(span.offset, span.count),
-                          m.flat(span.offset, span.count), v.flat(span.offset, span.count),
-                          params, copy.defined() ? &copy : nullptr);
+                          m.flat(span.offset, span.count), v.flat(span.offset, span.count), params,
+                          copy.defined() ? &copy : nullptr);
     }
   }
 }

@@ -20,8 +20,7 @@ constexpr LrScheduleKind kAllKinds[] = {LrScheduleKind::cosine, LrScheduleKind::
 // Returns how far `step` is through the span (start, end], in [0, 1].
 double progress_through(int64_t step, int64_t start, int64_t end) {
   if (end <= start) return 1.0;
-  return std::clamp(static_cast<double>(step - start) / static_cast<double>(end - start), 0.0,
-                    1.0);
+  return std::clamp(static_cast<double>(step - start) / static_cast<double>(end - start), 0.0, 1.0);
 }
 
 }  // namespace

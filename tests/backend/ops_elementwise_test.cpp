@@ -127,47 +127,57 @@ TEST(Ops, Elementwise) {
       {"cast", 37, bf16, f16, 0.0f, false, exact},
       {"cast", 37, f16, bf16, 0.0f, false, exact},
       {"cast", 37, f32, f32, 0.0f, false, exact},
+      // Long enough to be split across threads, with a partial last vector.
+      {"add", 100003, bf16, f32, 0.0f, false},
+      {"scale", 100003, f32, f32, 0.7f, false},
+      {"axpy", 100003, f32, bf16, -0.25f, false},
+      {"cast", 100003, f32, bf16, 0.0f, false, exact},
+      {"cast", 100003, bf16, f32, 0.0f, false, exact},
   };
   for (const ElementwiseRow& row : rows) run_op_case(elementwise_case(row));
 }
 
 // ---- sum_squares and all_finite.
 
+// Checks sum_squares and all_finite on n random values of `dtype`.
+void check_reductions(Backend& backend, int64_t n, DType dtype) {
+  Rng rng(static_cast<uint64_t>(dtype) + 5 + static_cast<uint64_t>(n));
+  HostTensor x = random_tensor(rng, dtype, Shape{n}, -2.0, 2.0);
+  double want = 0.0;
+  for (double v : x.values) want += v * v;
+  Workspace ws(backend);
+  const double got = backend.sum_squares(ws.upload("x", x));
+  const double error = std::fabs(got - want) / want;
+  std::printf("[ops] sum_squares n=%lld %s on %s: rel_err=%s tol=1e-12 %s\n",
+              static_cast<long long>(n), std::string(dtype_name(dtype)).c_str(),
+              backend.name().c_str(), format_error(error).c_str(), error <= 1e-12 ? "OK" : "FAIL");
+  EXPECT_LE(error, 1e-12) << backend.name() << " " << dtype_name(dtype);
+
+  // The largest finite value is finite; NaN or +-inf anywhere (first, middle, last) is not.
+  x.values[n / 3] = dtype == DType::f16 ? 65504.0 : 0x1.fep127;
+  EXPECT_TRUE(backend.all_finite(ws.upload("finite", x))) << backend.name();
+  int checked = 1;
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), HUGE_VAL, -HUGE_VAL}) {
+    for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+      HostTensor broken = x;
+      broken.values[at] = bad;
+      const std::string name = fmt::format("bad{}", checked++);
+      EXPECT_FALSE(backend.all_finite(ws.upload(name, broken)))
+          << backend.name() << " " << dtype_name(dtype) << " value " << bad << " at " << at;
+    }
+  }
+  std::printf("[ops] all_finite n=%lld %s on %s: %d tensors (NaN/+inf/-inf at first, middle, "
+              "last) checked\n",
+              static_cast<long long>(n), std::string(dtype_name(dtype)).c_str(),
+              backend.name().c_str(), checked);
+}
+
 TEST(Ops, Reductions) {
   for (const auto& backend : available_backends()) {
-    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-      Rng rng(static_cast<uint64_t>(dtype) + 5);
-      const int64_t n = 1001;
-      HostTensor x = random_tensor(rng, dtype, Shape{n}, -2.0, 2.0);
-      double want = 0.0;
-      for (double v : x.values) want += v * v;
-      Workspace ws(*backend);
-      const double got = backend->sum_squares(ws.upload("x", x));
-      const double error = std::fabs(got - want) / want;
-      std::printf("[ops] sum_squares n=%lld %s on %s: rel_err=%s tol=1e-12 %s\n",
-                  static_cast<long long>(n), std::string(dtype_name(dtype)).c_str(),
-                  backend->name().c_str(), format_error(error).c_str(),
-                  error <= 1e-12 ? "OK" : "FAIL");
-      EXPECT_LE(error, 1e-12) << backend->name() << " " << dtype_name(dtype);
-
-      // The largest finite value is finite; NaN or +-inf anywhere (first, middle, last) is not.
-      x.values[n / 3] = dtype == DType::f16 ? 65504.0 : 0x1.fep127;
-      EXPECT_TRUE(backend->all_finite(ws.upload("finite", x))) << backend->name();
-      int checked = 1;
-      for (double bad : {std::numeric_limits<double>::quiet_NaN(), HUGE_VAL, -HUGE_VAL}) {
-        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
-          HostTensor broken = x;
-          broken.values[at] = bad;
-          const std::string name = fmt::format("bad{}", checked++);
-          EXPECT_FALSE(backend->all_finite(ws.upload(name, broken)))
-              << backend->name() << " " << dtype_name(dtype) << " value " << bad << " at " << at;
-        }
-      }
-      std::printf("[ops] all_finite n=%lld %s on %s: %d tensors (NaN/+inf/-inf at first, middle, "
-                  "last) checked\n",
-                  static_cast<long long>(n), std::string(dtype_name(dtype)).c_str(),
-                  backend->name().c_str(), checked);
-    }
+    // The long tensors are split across threads by the optimized backend.
+    for (const int64_t n : {int64_t{1001}, int64_t{150001}})
+      for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+        check_reductions(*backend, n, dtype);
   }
 }
 
@@ -191,6 +201,7 @@ TEST(Ops, AdamW) {
       {37, decayed, DType::bf16, 2e-6},
       {100, plain, DType::i32, 2e-6},
       {5, large_eps, DType::f32, 2e-6},
+      {50001, decayed, DType::bf16, 2e-6},
   };
   const int kSteps = 10;
   for (const AdamWRow& row : rows) {

@@ -113,6 +113,14 @@ TEST(Ops, Matmul) {
       {2, 3, 8, 7, false, true, true, 1.0f, 0.0f, f32, f32},
       {2, 3, 8, 7, true, false, true, 1.0f, 0.5f, f32, f32},
       {2, 5, 12, 9, false, false, true, 1.0f, 0.0f, bf16, bf16},
+      // Larger shapes: the optimized backend's library kernels, not just their edge paths.
+      {0, 130, 70, 90, false, true, false, 1.0f, 0.0f, f32, f32},
+      {0, 130, 70, 90, true, false, false, 1.0f, 1.0f, f32, f32},
+      {0, 96, 64, 80, false, true, false, 1.0f, 0.0f, bf16, bf16},
+      {0, 96, 64, 80, true, false, false, 1.0f, 1.0f, bf16, f32},
+      {0, 64, 100, 48, false, false, false, 1.0f, 0.0f, bf16, f32},
+      {3, 40, 33, 20, true, true, false, 0.5f, 0.0f, bf16, f32},
+      {4, 17, 64, 31, false, true, true, 1.0f, 0.0f, f32, f32},
   };
   for (const MatmulRow& row : rows) run_op_case(matmul_case(row));
 }
@@ -154,6 +162,13 @@ OpCase embedding_case(const EmbeddingRow& r) {
   return c;
 }
 
+// Returns n ids in [0, vocab), with repeats.
+std::vector<int32_t> repeated_ids(int n, int vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[i] = (i * i + 3 * i) % vocab;
+  return ids;
+}
+
 TEST(Ops, Embedding) {
   const DType f32 = DType::f32, bf16 = DType::bf16;
   const std::vector<EmbeddingRow> rows = {
@@ -161,6 +176,8 @@ TEST(Ops, Embedding) {
       {11, 37, {3, 0, 10, 3, 7, 3, 1, 10, 5}, bf16, bf16},
       {6, 20, {5, 5, 0, 2}, f32, bf16},
       {5, 12, {4}, f32, f32},
+      {50, 130, repeated_ids(300, 50), f32, f32},
+      {50, 130, repeated_ids(300, 50), bf16, bf16},
   };
   for (const EmbeddingRow& row : rows) run_op_case(embedding_case(row));
 }
@@ -210,6 +227,9 @@ TEST(Ops, Rmsnorm) {
       {1, 12, 1e-6f, f32, f32},
       {4, 64, 1e-5f, bf16, f32},
       {3, 20, 1e-5f, bf16, bf16},
+      {67, 515, 1e-5f, f32, f32},
+      {40, 600, 1e-6f, bf16, f32},
+      {40, 600, 1e-6f, bf16, bf16},
   };
   for (const RmsnormRow& row : rows) run_op_case(rmsnorm_case(row));
 }
@@ -250,6 +270,8 @@ TEST(Ops, Swiglu) {
       {5, 37, DType::f32},
       {1, 12, DType::f32},
       {3, 40, DType::bf16},
+      {64, 700, DType::f32},
+      {33, 1000, DType::bf16},
   };
   for (const SwigluRow& row : rows) run_op_case(swiglu_case(row));
 }
@@ -319,6 +341,10 @@ TEST(Ops, CrossEntropy) {
       {33, {1, 2, 30, kIgnoreIndex, 4}, {0, 1, 1, 1, 1}, 0.5f, true, f32},
       {29, {28, 3, 3}, {}, 0.125f, true, bf16},
       {7, {6}, {}, 1.0f, false, f32},
+      // A vocabulary that is not a multiple of the vector width, rows split across threads.
+      {8200, {8199, 0, kIgnoreIndex, 4100, 17, 8190}, {1, 1, 1, 0.5, 1, 0}, 0.5f, false, f32},
+      {8200, {3, 8199, 5000, kIgnoreIndex}, {}, 1.0f, true, f32},
+      {8200, {3, 8199, 5000, 0, 1}, {}, 0.25f, true, bf16},
   };
   for (const CrossEntropyRow& row : rows) run_op_case(cross_entropy_case(row));
 }

@@ -103,24 +103,26 @@ Vec rope(const Vec& x, const Vec& positions, int64_t B, int64_t T, int64_t H, in
 void attention(const Vec& q, const Vec& k, const Vec& v, const AttentionSpec& s, Vec& out,
                Vec& lse) {
   const double scale = s.scale != 0.0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.D));
+  const int64_t Tk = s.key_rows();
   out.assign(q.size(), 0.0);
   lse.assign(static_cast<size_t>(s.B * s.Hq * s.T), 0.0);
   auto q_at = [&](int64_t b, int64_t t, int64_t h, int64_t i) {
     return q[((b * s.T + t) * s.Hq + h) * s.D + i];
   };
   auto kv_index = [&](int64_t b, int64_t t, int64_t h, int64_t i) {
-    return ((b * s.T + t) * s.Hkv + h) * s.D + i;
+    return ((b * Tk + t) * s.Hkv + h) * s.D + i;
   };
   for (int64_t b = 0; b < s.B; ++b) {
     for (int64_t h = 0; h < s.Hq; ++h) {
       const int64_t kvh = h * s.Hkv / s.Hq;
       for (int64_t t = 0; t < s.T; ++t) {
+        const int64_t position = s.q_offset + t;
         std::vector<int64_t> keys;
-        for (int64_t j = 0; j < s.T; ++j) {
-          const bool future = j > t;
-          const bool outside_window = s.window > 0 && std::abs(t - j) >= s.window;
+        for (int64_t j = 0; j < Tk; ++j) {
+          const bool future = j > position;
+          const bool outside_window = s.window > 0 && std::abs(position - j) >= s.window;
           const bool other_doc =
-              s.doc_ids && (*s.doc_ids)[b * s.T + t] != (*s.doc_ids)[b * s.T + j];
+              s.doc_ids && (*s.doc_ids)[b * Tk + position] != (*s.doc_ids)[b * Tk + j];
           if (!(s.causal && future) && !outside_window && !other_doc) keys.push_back(j);
         }
         const int64_t lse_at = (b * s.Hq + h) * s.T + t;

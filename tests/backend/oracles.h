@@ -37,14 +37,19 @@ Vec rope(const Vec& x, const Vec& positions, int64_t B, int64_t T, int64_t H, in
          const RopeParams& params);
 
 struct AttentionSpec {
-  int64_t B = 1, T = 1, Hq = 1, Hkv = 1, D = 1;
+  int64_t B = 1, T = 1, Hq = 1, Hkv = 1, D = 1;  // T: query rows
   bool causal = true;
   int window = 0;
-  const Vec* doc_ids = nullptr;  // (B, T) or null
+  const Vec* doc_ids = nullptr;  // (B, key rows) or null
   double scale = 0.0;            // 0: 1/sqrt(D)
+  int64_t Tk = 0;                // key rows; 0: T
+  int64_t q_offset = 0;          // absolute position of query row 0
+
+  int64_t key_rows() const { return Tk > 0 ? Tk : T; }
 };
 
-// Fills out (B, T, Hq, D) and lse (B, Hq, T) of masked softmax attention.
+// Fills out (B, T, Hq, D) and lse (B, Hq, T) of masked softmax attention over k, v
+// (B, key_rows(), Hkv, D), query row t sitting at absolute position q_offset + t.
 void attention(const Vec& q, const Vec& k, const Vec& v, const AttentionSpec& spec, Vec& out,
                Vec& lse);
 

@@ -241,9 +241,9 @@ void expect_error(const std::function<void()>& fn, const std::string& fragment) 
 TEST(ModelTest, RejectsBadOptionsAndInputs) {
   auto backend = make_backend("cpu");
   const LlamaConfig c = tiny_config();
-  ModelOptions bf16 = options_for();
-  bf16.compute_dtype = DType::bf16;
-  expect_error([&] { LlamaModel m(c, *backend, bf16); }, "compute dtype bf16");
+  ModelOptions f16 = options_for();
+  f16.compute_dtype = DType::f16;
+  expect_error([&] { LlamaModel m(c, *backend, f16); }, "compute dtype must be f32 or bf16");
   expect_error([&] { LlamaModel m(c, *backend, options_for(1, 64)); }, "max_seq 64");
   LlamaModel model(c, *backend, options_for());
   HostBatch too_long(kBatch, kSeq + 1, c.vocab_size, 1);

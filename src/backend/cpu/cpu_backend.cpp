@@ -1,5 +1,5 @@
 // CpuBackend: memory is plain aligned host memory and copies are memcpy. Every op forwards to
-// cpu/reference; an optimized kernel will be selected here, per op, with `if (!reference_)`.
+// cpu/optimized in optimized mode and to cpu/reference in reference mode.
 #include "backend/cpu/cpu_backend.h"
 
 #include <cstring>
@@ -19,6 +19,10 @@ void check_host_tensor(const Tensor& t, const char* op, const char* what) {
 }
 
 }  // namespace
+
+CpuBackend::CpuBackend(bool reference) : reference_(reference) {
+  if (!reference_) optimized_ = std::make_unique<cpu_opt::OptimizedOps>();
+}
 
 void* CpuBackend::allocate(size_t bytes) { return HostAllocator::instance().allocate(bytes); }
 
@@ -51,40 +55,48 @@ void CpuBackend::fill_zero(const Tensor& t) {
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
                         bool transpose_b, float alpha, float beta) {
+  if (optimized_) return optimized_->matmul(a, b, c, transpose_a, transpose_b, alpha, beta);
   cpu_ref::matmul(a, b, c, transpose_a, transpose_b, alpha, beta);
 }
 
 void CpuBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  if (optimized_) return optimized_->embedding_forward(ids, table, out);
   cpu_ref::embedding_forward(ids, table, out);
 }
 
 void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  if (optimized_) return optimized_->embedding_backward(ids, dout, dtable);
   cpu_ref::embedding_backward(ids, dout, dtable);
 }
 
 void CpuBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                                  const Tensor& rstd, float eps) {
+  if (optimized_) return optimized_->rmsnorm_forward(x, weight, out, rstd, eps);
   cpu_ref::rmsnorm_forward(x, weight, out, rstd, eps);
 }
 
 void CpuBackend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+  if (optimized_) return optimized_->rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
   cpu_ref::rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
 }
 
 void CpuBackend::rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
                               const RopeParams& params) {
+  if (optimized_) return optimized_->rope_forward(x, out, positions, params);
   cpu_ref::rope_forward(x, out, positions, params);
 }
 
 void CpuBackend::rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
                                const RopeParams& params) {
+  if (optimized_) return optimized_->rope_backward(dout, dx, positions, params);
   cpu_ref::rope_backward(dout, dx, positions, params);
 }
 
 void CpuBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& lse,
                                    const AttentionParams& params) {
+  if (optimized_) return optimized_->attention_forward(q, k, v, out, lse, params);
   cpu_ref::attention_forward(q, k, v, out, lse, params);
 }
 
@@ -92,45 +104,65 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
                                     const Tensor& v, const Tensor& out, const Tensor& lse,
                                     const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                     const AttentionParams& params) {
+  if (optimized_)
+    return optimized_->attention_backward(dout, q, k, v, out, lse, dq, dk, dv, params);
   cpu_ref::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, params);
 }
 
 void CpuBackend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (optimized_) return optimized_->swiglu_forward(gate, up, out);
   cpu_ref::swiglu_forward(gate, up, out);
 }
 
 void CpuBackend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                                  const Tensor& dgate, const Tensor& dup) {
+  if (optimized_) return optimized_->swiglu_backward(dout, gate, up, dgate, dup);
   cpu_ref::swiglu_backward(dout, gate, up, dgate, dup);
 }
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (optimized_) return optimized_->add(a, b, out);
   cpu_ref::add(a, b, out);
 }
 
-void CpuBackend::scale(const Tensor& x, float alpha) { cpu_ref::scale(x, alpha); }
+void CpuBackend::scale(const Tensor& x, float alpha) {
+  if (optimized_) return optimized_->scale(x, alpha);
+  cpu_ref::scale(x, alpha);
+}
 
 void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  if (optimized_) return optimized_->axpy(alpha, x, y);
   cpu_ref::axpy(alpha, x, y);
 }
 
-void CpuBackend::cast(const Tensor& src, const Tensor& dst) { cpu_ref::cast(src, dst); }
+void CpuBackend::cast(const Tensor& src, const Tensor& dst) {
+  if (optimized_) return optimized_->cast(src, dst);
+  cpu_ref::cast(src, dst);
+}
 
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
                                const Tensor* loss_mask, int ignore_index, const Tensor& losses,
                                const Tensor* dlogits, float grad_scale) {
+  if (optimized_)
+    return optimized_->cross_entropy(logits, targets, loss_mask, ignore_index, losses, dlogits,
+                                     grad_scale);
   cpu_ref::cross_entropy(logits, targets, loss_mask, ignore_index, losses, dlogits, grad_scale);
 }
 
 void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
                             const Tensor& v, const AdamWParams& params,
                             const Tensor* param_copy) {
+  if (optimized_) return optimized_->adamw_step(param, grad, m, v, params, param_copy);
   cpu_ref::adamw_step(param, grad, m, v, params, param_copy);
 }
 
-double CpuBackend::sum_squares(const Tensor& x) { return cpu_ref::sum_squares(x); }
+double CpuBackend::sum_squares(const Tensor& x) {
+  return optimized_ ? optimized_->sum_squares(x) : cpu_ref::sum_squares(x);
+}
 
-bool CpuBackend::all_finite(const Tensor& x) { return cpu_ref::all_finite(x); }
+bool CpuBackend::all_finite(const Tensor& x) {
+  return optimized_ ? optimized_->all_finite(x) : cpu_ref::all_finite(x);
+}
 
 std::unique_ptr<Backend> make_cpu_backend(bool reference) {
   return std::make_unique<CpuBackend>(reference);
@@ -138,9 +170,16 @@ std::unique_ptr<Backend> make_cpu_backend(bool reference) {
 
 std::string describe_cpu_backend() {
   const CpuInfo& cpu = cpu_info();
-  return fmt::format("cpu: optimized mode (running the reference kernels until optimized ones "
-                     "land; cpu-ref forces them), {}, {} cores, {}",
-                     cpu.model_name, cpu.cores, cpu.feature_list());
+  std::string mode;
+  try {
+    const cpu_opt::OptimizedOps optimized;
+    mode = fmt::format("optimized mode ({} GEMMs, {} kernels; cpu-ref forces the reference "
+                       "loops)", optimized.gemm_library(), optimized.isa_name());
+  } catch (const Error& e) {
+    mode = fmt::format("optimized mode unavailable ({})", e.what());
+  }
+  return fmt::format("cpu: {}, {}, {} cores, {}", mode, cpu.model_name, cpu.cores,
+                     cpu.feature_list());
 }
 
 }  // namespace anvil

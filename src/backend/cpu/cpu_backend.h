@@ -1,20 +1,27 @@
 // The CPU backend: host memory (64-byte aligned) and the ops. It runs in one of two modes:
 // reference ("cpu-ref"), the plain loops of cpu/reference that define every op, and optimized
-// ("cpu"). Until optimized kernels land op by op, optimized mode calls the reference loops
-// too; each method is the single place where its op will choose between the two.
+// ("cpu"): oneDNN GEMMs plus SIMD/OpenMP kernels (cpu/optimized), checked against the
+// reference by the conformance suite. Each method is the single place where its op chooses
+// between the two.
 #pragma once
 
+#include <memory>
+
 #include "backend/backend.h"
+#include "backend/cpu/optimized/optimized_ops.h"
 
 namespace anvil {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(bool reference) : reference_(reference) {}
+  // Creates the backend; optimized mode selects its kernels here (see cpu/optimized/isa.h).
+  explicit CpuBackend(bool reference);
 
   std::string name() const override { return reference_ ? "cpu-ref" : "cpu"; }
   // Returns whether this instance forces the reference loops.
   bool reference() const { return reference_; }
+  // Returns the optimized ops (null in reference mode).
+  cpu_opt::OptimizedOps* optimized() const { return optimized_.get(); }
 
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
@@ -61,6 +68,7 @@ class CpuBackend final : public Backend {
 
  private:
   bool reference_;
+  std::unique_ptr<cpu_opt::OptimizedOps> optimized_;
 };
 
 }  // namespace anvil

@@ -1,8 +1,9 @@
 // Reference scaled-dot-product attention (causal, GQA, sliding window, document mask) and its
-// flash-attention style backward. Layout (backend.h): q, out (B, T, Hq, D); k, v (B, T, Hkv, D);
-// lse (B, Hq, T) f32. Query head h reads kv head h / (Hq / Hkv). Each score is an f32 value
-// (double dot product times the scale); softmax sums and output sums run in double. A query with
-// no visible key gets out = 0 and lse = -inf, and contributes no gradient.
+// flash-attention style backward. Layout (backend.h): q, out (B, Tq, Hq, D); k, v (B, Tk, Hkv,
+// D) with Tk >= q_offset + Tq; lse (B, Hq, Tq) f32. Query row t sits at absolute position
+// q_offset + t, key row s at s. Query head h reads kv head h / (Hq / Hkv). Each score is an f32
+// value (double dot product times the scale); softmax sums and output sums run in double. A
+// query with no visible key gets out = 0 and lse = -inf, and contributes no gradient.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,7 +16,7 @@ namespace anvil::cpu_ref {
 namespace {
 
 struct AttentionDims {
-  int64_t B, T, Hq, Hkv, D;
+  int64_t B, Tq, Tk, Hq, Hkv, D;
   int64_t group;  // query heads per kv head
   float scale;
 };
@@ -27,28 +28,33 @@ AttentionDims check_attention_args(const char* op, const Tensor& q, const Tensor
   check_rank(q, op, "q", 4);
   check_tensor(k, op, "k", kActivationDtypes);
   check_rank(k, op, "k", 4);
-  AttentionDims d{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], 1, params.scale};
+  AttentionDims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], 1,
+                  params.scale};
   ANVIL_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0,
               "[{}] query heads ({}) must be a multiple of kv heads ({})", op, d.Hq, d.Hkv);
   d.group = d.Hq / d.Hkv;
-  const Shape kv_shape{d.B, d.T, d.Hkv, d.D};
+  ANVIL_CHECK(params.q_offset >= 0, "[{}] q_offset must be >= 0, got {}", op, params.q_offset);
+  ANVIL_CHECK(d.Tk >= params.q_offset + d.Tq,
+              "[{}] k holds {} positions but the queries reach position {} (q_offset {} + {} "
+              "queries)", op, d.Tk, params.q_offset + d.Tq, params.q_offset, d.Tq);
+  const Shape kv_shape{d.B, d.Tk, d.Hkv, d.D};
   check_tensor(k, op, "k", kActivationDtypes, kv_shape);
   check_tensor(v, op, "v", kActivationDtypes, kv_shape);
   check_tensor(out, op, "out", kActivationDtypes, q.shape);
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{d.B, d.Hq, d.T});
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{d.B, d.Hq, d.Tq});
   ANVIL_CHECK(params.window >= 0, "[{}] window must be >= 0, got {}", op, params.window);
   if (params.doc_ids)
-    check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32}, Shape{d.B, d.T});
+    check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32}, Shape{d.B, d.Tk});
   if (d.scale == 0.0f) d.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   return d;
 }
 
-// Returns whether query t of batch row b may attend to key s.
-bool visible(const AttentionParams& params, int64_t b, int64_t T, int64_t t, int64_t s) {
+// Returns whether the query at absolute position t of batch row b may attend to key s.
+bool visible(const AttentionParams& params, int64_t b, int64_t Tk, int64_t t, int64_t s) {
   if (params.causal && s > t) return false;
   if (params.window > 0 && (t - s >= params.window || s - t >= params.window)) return false;
   if (params.doc_ids) {
-    const int32_t* doc = params.doc_ids->i32() + b * T;
+    const int32_t* doc = params.doc_ids->i32() + b * Tk;
     if (doc[t] != doc[s]) return false;
   }
   return true;
@@ -90,12 +96,13 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     const std::vector<float> qh = read_head(q, b, h);
     const std::vector<float> kh = read_head(k, b, kvh);
     const std::vector<float> vh = read_head(v, b, kvh);
-    std::vector<double> oh(static_cast<size_t>(d.T * d.D), 0.0);
-    std::vector<float> scores(static_cast<size_t>(d.T));
-    for (int64_t t = 0; t < d.T; ++t) {
+    std::vector<double> oh(static_cast<size_t>(d.Tq * d.D), 0.0);
+    std::vector<float> scores(static_cast<size_t>(d.Tk));
+    for (int64_t t = 0; t < d.Tq; ++t) {
+      const int64_t position = params.q_offset + t;
       float row_max = neg_inf;
-      for (int64_t s = 0; s < d.T; ++s) {
-        scores[s] = visible(params, b, d.T, t, s)
+      for (int64_t s = 0; s < d.Tk; ++s) {
+        scores[s] = visible(params, b, d.Tk, position, s)
                         ? score(&qh[t * d.D], &kh[s * d.D], d.D, d.scale)
                         : neg_inf;
         row_max = std::max(row_max, scores[s]);
@@ -103,17 +110,17 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       float row_lse = neg_inf;
       if (row_max != neg_inf) {
         double sum = 0.0;
-        for (int64_t s = 0; s < d.T; ++s)
+        for (int64_t s = 0; s < d.Tk; ++s)
           if (scores[s] != neg_inf) sum += std::exp(static_cast<double>(scores[s] - row_max));
         row_lse = row_max + static_cast<float>(std::log(sum));
-        for (int64_t s = 0; s < d.T; ++s) {
+        for (int64_t s = 0; s < d.Tk; ++s) {
           if (scores[s] == neg_inf) continue;
           const float p = std::exp(scores[s] - row_lse);
           for (int64_t i = 0; i < d.D; ++i)
             oh[t * d.D + i] += static_cast<double>(p) * vh[s * d.D + i];
         }
       }
-      lse.f32()[(b * d.Hq + h) * d.T + t] = row_lse;
+      lse.f32()[(b * d.Hq + h) * d.Tq + t] = row_lse;
     }
     write_head(out, b, h, oh);
   }
@@ -135,21 +142,21 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     const int64_t b = bk / d.Hkv, kvh = bk % d.Hkv;
     const std::vector<float> kh = read_head(k, b, kvh);
     const std::vector<float> vh = read_head(v, b, kvh);
-    std::vector<double> dkh(static_cast<size_t>(d.T * d.D), 0.0);
-    std::vector<double> dvh(static_cast<size_t>(d.T * d.D), 0.0);
+    std::vector<double> dkh(static_cast<size_t>(d.Tk * d.D), 0.0);
+    std::vector<double> dvh(static_cast<size_t>(d.Tk * d.D), 0.0);
     for (int64_t h = kvh * d.group; h < (kvh + 1) * d.group; ++h) {
       const std::vector<float> qh = read_head(q, b, h);
       const std::vector<float> oh = read_head(out, b, h);
       const std::vector<float> doh = read_head(dout, b, h);
-      std::vector<double> dqh(static_cast<size_t>(d.T * d.D), 0.0);
-      for (int64_t t = 0; t < d.T; ++t) {
-        const float row_lse = lse.f32()[(b * d.Hq + h) * d.T + t];
+      std::vector<double> dqh(static_cast<size_t>(d.Tq * d.D), 0.0);
+      for (int64_t t = 0; t < d.Tq; ++t) {
+        const float row_lse = lse.f32()[(b * d.Hq + h) * d.Tq + t];
         if (row_lse == neg_inf) continue;
         double delta = 0.0;  // D_t = dout_t . out_t
         for (int64_t i = 0; i < d.D; ++i)
           delta += static_cast<double>(doh[t * d.D + i]) * oh[t * d.D + i];
-        for (int64_t s = 0; s < d.T; ++s) {
-          if (!visible(params, b, d.T, t, s)) continue;
+        for (int64_t s = 0; s < d.Tk; ++s) {
+          if (!visible(params, b, d.Tk, params.q_offset + t, s)) continue;
           const float p = std::exp(score(&qh[t * d.D], &kh[s * d.D], d.D, d.scale) - row_lse);
           double dp = 0.0;
           for (int64_t i = 0; i < d.D; ++i)

@@ -42,9 +42,10 @@ void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
 void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
                    const RopeParams& params);
 
-// Key s is visible from query t when: s <= t (causal); t - s < window (window > 0; without
-// causal masking the window is symmetric, |t - s| < window); doc_ids[t] == doc_ids[s] (doc
-// mask). Scores and softmax are f32 values with double sums; lse is f32.
+// Key s is visible from the query at absolute position t (query row t - q_offset) when:
+// s <= t (causal); t - s < window (window > 0; without causal masking the window is
+// symmetric, |t - s| < window); doc_ids[t] == doc_ids[s] (doc mask). Scores and softmax are
+// f32 values with double sums; lse is f32.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttentionParams& params);
 // Flash-attention backward from the saved lse: P = exp(S - lse), D_t = dout_t . out_t,

@@ -1,0 +1,144 @@
+// OptimizedOps attention: the reference's argument checks, then the flash kernels of
+// attention.inc over OpenMP tasks. Forward tasks are (batch, kv head, query tile), dealt
+// round-robin (static, chunk 1) so the longer causal tiles spread evenly; backward tasks are
+// (batch, kv head), each owning its dk/dv and the dq of its query-head group, so no two tasks
+// write the same memory. Each thread gets its own slice of one scratch buffer that only grows.
+// When q, k, v (and dout) are bf16 and the CPU has AVX512-BF16, the bf16 dot-product kernels
+// run instead of the f32 ones.
+#include <omp.h>
+
+#include <cmath>
+#include <initializer_list>
+
+#include "backend/cpu/optimized/optimized_ops.h"
+#include "backend/cpu/reference/tensor_io.h"
+#include "core/error.h"
+
+namespace anvil::cpu_opt {
+namespace {
+
+using cpu_ref::check_rank;
+using cpu_ref::check_tensor;
+using cpu_ref::kActivationDtypes;
+
+AttentionArgs check_attention_args(const char* op, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& out, const Tensor& lse,
+                                   const AttentionParams& params) {
+  check_tensor(q, op, "q", kActivationDtypes);
+  check_rank(q, op, "q", 4);
+  check_tensor(k, op, "k", kActivationDtypes);
+  check_rank(k, op, "k", 4);
+  AttentionArgs a{};
+  a.B = q.shape[0];
+  a.Tq = q.shape[1];
+  a.Tk = k.shape[1];
+  a.Hq = q.shape[2];
+  a.Hkv = k.shape[2];
+  a.D = q.shape[3];
+  ANVIL_CHECK(a.Hkv > 0 && a.Hq % a.Hkv == 0,
+              "[{}] query heads ({}) must be a multiple of kv heads ({})", op, a.Hq, a.Hkv);
+  ANVIL_CHECK(params.q_offset >= 0, "[{}] q_offset must be >= 0, got {}", op, params.q_offset);
+  ANVIL_CHECK(a.Tk >= params.q_offset + a.Tq,
+              "[{}] k holds {} positions but the queries reach position {} (q_offset {} + {} "
+              "queries)", op, a.Tk, params.q_offset + a.Tq, params.q_offset, a.Tq);
+  const Shape kv_shape{a.B, a.Tk, a.Hkv, a.D};
+  check_tensor(k, op, "k", kActivationDtypes, kv_shape);
+  check_tensor(v, op, "v", kActivationDtypes, kv_shape);
+  check_tensor(out, op, "out", kActivationDtypes, q.shape);
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{a.B, a.Hq, a.Tq});
+  ANVIL_CHECK(params.window >= 0, "[{}] window must be >= 0, got {}", op, params.window);
+  if (params.doc_ids)
+    check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32}, Shape{a.B, a.Tk});
+  a.q = q.data;
+  a.k = k.data;
+  a.v = v.data;
+  a.out = out.data;
+  a.lse = lse.f32();
+  a.q_dtype = q.dtype;
+  a.k_dtype = k.dtype;
+  a.v_dtype = v.dtype;
+  a.out_dtype = out.dtype;
+  a.doc_ids = params.doc_ids ? params.doc_ids->i32() : nullptr;
+  a.q_offset = params.q_offset;
+  a.causal = params.causal;
+  a.window = params.window;
+  a.scale = params.scale != 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(a.D));
+  return a;
+}
+
+// Returns whether every tensor is bf16 (the inputs the bf16 dot-product kernels take).
+bool all_bf16(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->dtype != DType::bf16) return false;
+  return true;
+}
+
+}  // namespace
+
+int64_t attention_forward_scratch_floats(const AttentionArgs& a) {
+  const int64_t Dp = attention_padded_dim(a.D);
+  const int64_t QT = kAttentionQueryTile, KT = kAttentionKeyTile;
+  const int64_t group = a.Hq / a.Hkv;
+  return group * (2 * QT * Dp + 3 * QT) + QT * Dp + KT * QT + 2 * KT * Dp + QT;
+}
+
+int64_t attention_backward_scratch_floats(const AttentionArgs& a) {
+  const int64_t Dp = attention_padded_dim(a.D);
+  const int64_t QT = kAttentionQueryTile, KT = kAttentionKeyTile;
+  const int64_t group = a.Hq / a.Hkv;
+  const int64_t padded_queries = (a.Tq + QT - 1) / QT * QT;
+  return 5 * group * padded_queries * Dp + 2 * group * padded_queries + 4 * KT * Dp +
+         2 * KT * QT + 2 * Dp + QT;
+}
+
+void OptimizedOps::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const Tensor& lse,
+                                     const AttentionParams& params) {
+  const AttentionArgs a = check_attention_args("attention", q, k, v, out, lse, params);
+  const int64_t tiles = (a.Tq + kAttentionQueryTile - 1) / kAttentionQueryTile;
+  const int64_t tasks = a.B * a.Hkv * tiles;
+  if (tasks == 0 || a.D == 0) return;
+  const bool bf16 = bf16_attention_ && all_bf16({&q, &k, &v});
+  const int64_t floats = bf16 ? bf16_attention_->forward_scratch_floats(a)
+                              : attention_forward_scratch_floats(a);
+  auto* const run = bf16 ? bf16_attention_->forward : kernels_.attention_forward;
+  // Per-thread slices padded to whole cache lines so threads never share one.
+  const int64_t per_thread = (floats + 15) / 16 * 16;
+  float* base = scratch(attention_scratch_, per_thread * omp_get_max_threads());
+#pragma omp parallel for schedule(static, 1) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task)
+    run(a, task, base + per_thread * omp_get_thread_num());
+}
+
+void OptimizedOps::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                      const Tensor& v, const Tensor& out, const Tensor& lse,
+                                      const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                      const AttentionParams& params) {
+  const char* op = "attention_backward";
+  AttentionArgs a = check_attention_args(op, q, k, v, out, lse, params);
+  check_tensor(dout, op, "dout", kActivationDtypes, q.shape);
+  check_tensor(dq, op, "dq", kActivationDtypes, q.shape);
+  check_tensor(dk, op, "dk", kActivationDtypes, k.shape);
+  check_tensor(dv, op, "dv", kActivationDtypes, v.shape);
+  a.dout = dout.data;
+  a.dq = dq.data;
+  a.dk = dk.data;
+  a.dv = dv.data;
+  a.dout_dtype = dout.dtype;
+  a.dq_dtype = dq.dtype;
+  a.dk_dtype = dk.dtype;
+  a.dv_dtype = dv.dtype;
+  const int64_t tasks = a.B * a.Hkv;
+  if (tasks == 0 || a.D == 0) return;
+  const bool bf16 = bf16_attention_ && all_bf16({&q, &k, &v, &dout});
+  const int64_t floats = bf16 ? bf16_attention_->backward_scratch_floats(a)
+                              : attention_backward_scratch_floats(a);
+  auto* const run = bf16 ? bf16_attention_->backward : kernels_.attention_backward;
+  const int64_t per_thread = (floats + 15) / 16 * 16;
+  float* base = scratch(attention_scratch_, per_thread * omp_get_max_threads());
+#pragma omp parallel for schedule(static, 1) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task)
+    run(a, task, base + per_thread * omp_get_thread_num());
+}
+
+}  // namespace anvil::cpu_opt

@@ -1,0 +1,201 @@
+// OptimizedOps row ops: embedding, rmsnorm, RoPE and the fused cross-entropy. Argument checks
+// mirror the reference; rows are split across threads. Reductions across rows (rmsnorm's
+// weight gradient) use one partial per chunk, added in chunk order; the embedding scatter is
+// split by columns so each thread adds its column range of every row in row order, which is
+// deterministic and needs no atomics.
+#include <algorithm>
+
+#include "backend/cpu/optimized/optimized_ops.h"
+#include "backend/cpu/optimized/parallel.h"
+#include "backend/cpu/reference/reference_ops.h"
+#include "backend/cpu/reference/tensor_io.h"
+#include "core/error.h"
+
+namespace anvil::cpu_opt {
+namespace {
+
+using cpu_ref::check_rank;
+using cpu_ref::check_tensor;
+using cpu_ref::kActivationDtypes;
+
+// Rows per chunk such that a chunk holds at least ~16k elements.
+int64_t row_grain(int64_t row_length) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_length));
+}
+
+void* element(void* base, DType dtype, int64_t index) {
+  return static_cast<char*>(base) + index * static_cast<int64_t>(dtype_size(dtype));
+}
+
+void check_ids(const Tensor& ids, int64_t vocab) {
+  const int32_t* id = ids.i32();
+  for (int64_t n = 0; n < ids.numel(); ++n)
+    ANVIL_CHECK(id[n] >= 0 && id[n] < vocab,
+                "[embedding] token id {} out of range [0, {}) at position {}", id[n], vocab, n);
+}
+
+}  // namespace
+
+void OptimizedOps::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  check_tensor(ids, "embedding", "ids", {DType::i32});
+  check_rank(ids, "embedding", "ids", 1);
+  check_tensor(table, "embedding", "table", kActivationDtypes);
+  check_rank(table, "embedding", "table", 2);
+  const int64_t N = ids.shape[0], V = table.shape[0], C = table.shape[1];
+  check_tensor(out, "embedding", "out", kActivationDtypes, Shape{N, C});
+  check_ids(ids, V);
+  const int32_t* id = ids.i32();
+  parallel_ranges(N, row_grain(C), [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n)
+      kernels_.convert(element(table.data, table.dtype, id[n] * C), table.dtype,
+                       element(out.data, out.dtype, n * C), out.dtype, C);
+  });
+}
+
+void OptimizedOps::embedding_backward(const Tensor& ids, const Tensor& dout,
+                                      const Tensor& dtable) {
+  check_tensor(ids, "embedding_backward", "ids", {DType::i32});
+  check_rank(ids, "embedding_backward", "ids", 1);
+  check_tensor(dtable, "embedding_backward", "dtable", {DType::f32});
+  check_rank(dtable, "embedding_backward", "dtable", 2);
+  const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
+  check_tensor(dout, "embedding_backward", "dout", kActivationDtypes, Shape{N, C});
+  check_ids(ids, V);
+  const EmbeddingBackwardArgs args{ids.i32(), dout.data, dtable.f32(), dout.dtype, N, C};
+  // Columns in chunks of whole cache lines, each chunk scanning every row.
+  const int64_t lines = (C + 15) / 16;
+  parallel_ranges(lines, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N)),
+                  [&](int64_t, int64_t begin, int64_t end) {
+                    kernels_.embedding_backward(args, begin * 16, std::min(C, end * 16));
+                  });
+}
+
+void OptimizedOps::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
+                                   const Tensor& rstd, float eps) {
+  check_tensor(x, "rmsnorm", "x", kActivationDtypes);
+  check_rank(x, "rmsnorm", "x", 2);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  check_tensor(weight, "rmsnorm", "weight", kActivationDtypes, Shape{C});
+  check_tensor(out, "rmsnorm", "out", kActivationDtypes, Shape{N, C});
+  check_tensor(rstd, "rmsnorm", "rstd", {DType::f32}, Shape{N});
+  ANVIL_CHECK(C > 0, "[rmsnorm] rows must not be empty");
+  RmsnormArgs args{};
+  args.x = x.data;
+  args.weight = weight.data;
+  args.out = out.data;
+  args.rstd = rstd.f32();
+  args.x_dtype = x.dtype;
+  args.weight_dtype = weight.dtype;
+  args.out_dtype = out.dtype;
+  args.C = C;
+  args.eps = eps;
+  parallel_ranges(N, row_grain(C), [&](int64_t, int64_t begin, int64_t end) {
+    kernels_.rmsnorm_forward(args, begin, end);
+  });
+}
+
+void OptimizedOps::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                    const Tensor& rstd, const Tensor& dx,
+                                    const Tensor& dweight) {
+  const char* op = "rmsnorm_backward";
+  check_tensor(x, op, "x", kActivationDtypes);
+  check_rank(x, op, "x", 2);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  check_tensor(dout, op, "dout", kActivationDtypes, Shape{N, C});
+  check_tensor(weight, op, "weight", kActivationDtypes, Shape{C});
+  check_tensor(rstd, op, "rstd", {DType::f32}, Shape{N});
+  check_tensor(dx, op, "dx", kActivationDtypes, Shape{N, C});
+  check_tensor(dweight, op, "dweight", {DType::f32}, Shape{C});
+  RmsnormArgs args{};
+  args.x = x.data;
+  args.weight = weight.data;
+  args.rstd = rstd.f32();
+  args.dout = dout.data;
+  args.dx = dx.data;
+  args.x_dtype = x.dtype;
+  args.weight_dtype = weight.dtype;
+  args.dout_dtype = dout.dtype;
+  args.dx_dtype = dx.dtype;
+  args.C = C;
+  const int64_t grain = row_grain(C);
+  const int64_t chunks = range_chunks(N, grain);
+  float* partials = scratch(dweight_partials_, chunks * C);
+  std::fill(partials, partials + chunks * C, 0.0f);
+  parallel_ranges(N, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
+    kernels_.rmsnorm_backward(args, partials + chunk * C, begin, end);
+  });
+  for (int64_t chunk = 0; chunk < chunks; ++chunk)
+    kernels_.add(dweight.f32(), DType::f32, partials + chunk * C, DType::f32, dweight.f32(),
+                 DType::f32, C);
+}
+
+void OptimizedOps::rotate(const char* op, const Tensor& in, const Tensor& out,
+                          const Tensor& positions, const RopeParams& params, float sin_sign) {
+  const bool forward = sin_sign > 0.0f;
+  check_tensor(in, op, forward ? "x" : "dout", kActivationDtypes);
+  check_rank(in, op, forward ? "x" : "dout", 4);
+  check_tensor(out, op, forward ? "out" : "dx", kActivationDtypes, in.shape);
+  check_tensor(positions, op, "positions", {DType::i32}, Shape{in.shape[0], in.shape[1]});
+  const int64_t D = in.shape[3];
+  ANVIL_CHECK(D % 2 == 0, "[{}] head_dim must be even, got {}", op, D);
+  const int32_t* pos = positions.i32();
+  const int64_t rows = in.shape[0] * in.shape[1];
+  if (rows == 0) return;
+  const auto [lowest, highest] = std::minmax_element(pos, pos + rows);
+  if (*lowest < 0 || *highest >= RopeTables::kMaxCachedPosition) {
+    if (forward) return cpu_ref::rope_forward(in, out, positions, params);
+    return cpu_ref::rope_backward(in, out, positions, params);
+  }
+  const RopeTables::View table = rope_tables_.get(D, params, *highest);
+  const RopeArgs args{in.data,  out.data,  in.dtype,     out.dtype, pos,
+                      table.cos, table.sin, in.shape[2], D,         sin_sign};
+  parallel_ranges(rows, row_grain(in.shape[2] * D), [&](int64_t, int64_t begin, int64_t end) {
+    kernels_.rope(args, begin, end);
+  });
+}
+
+void OptimizedOps::rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
+                                const RopeParams& params) {
+  rotate("rope", x, out, positions, params, 1.0f);
+}
+
+void OptimizedOps::rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                                 const RopeParams& params) {
+  rotate("rope_backward", dout, dx, positions, params, -1.0f);
+}
+
+void OptimizedOps::cross_entropy(const Tensor& logits, const Tensor& targets,
+                                 const Tensor* loss_mask, int ignore_index,
+                                 const Tensor& losses, const Tensor* dlogits, float grad_scale) {
+  const char* op = "cross_entropy";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], V = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
+  check_tensor(losses, op, "losses", {DType::f32}, Shape{N});
+  if (dlogits) check_tensor(*dlogits, op, "dlogits", kActivationDtypes, logits.shape);
+  const int32_t* target = targets.i32();
+  for (int64_t n = 0; n < N; ++n)
+    ANVIL_CHECK(target[n] == ignore_index || (target[n] >= 0 && target[n] < V),
+                "[cross_entropy] target {} out of range [0, {}) at row {} (ignore_index is {})",
+                target[n], V, n, ignore_index);
+  const CrossEntropyArgs args{logits.data,
+                              target,
+                              loss_mask ? loss_mask->f32() : nullptr,
+                              losses.f32(),
+                              dlogits ? dlogits->data : nullptr,
+                              logits.dtype,
+                              dlogits ? dlogits->dtype : DType::f32,
+                              V,
+                              ignore_index,
+                              grad_scale};
+  // One f32 row of scratch per chunk, padded to whole vectors.
+  const int64_t row_floats = (V + 15) / 16 * 16;
+  float* rows = scratch(cross_entropy_rows_, range_chunks(N, row_grain(V)) * row_floats);
+  parallel_ranges(N, row_grain(V), [&](int64_t chunk, int64_t begin, int64_t end) {
+    kernels_.cross_entropy(args, rows + chunk * row_floats, begin, end);
+  });
+}
+
+}  // namespace anvil::cpu_opt

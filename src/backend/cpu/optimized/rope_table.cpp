@@ -1,0 +1,49 @@
+// RoPE table construction with the reference's f32 angle arithmetic.
+#include "backend/cpu/optimized/rope_table.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/reference/reference_ops.h"
+
+namespace anvil::cpu_opt {
+namespace {
+
+bool same_params(const RopeParams& a, const RopeParams& b) {
+  return std::memcmp(&a.theta, &b.theta, sizeof(float)) == 0 &&
+         std::memcmp(&a.scaling_factor, &b.scaling_factor, sizeof(float)) == 0 &&
+         std::memcmp(&a.low_freq_factor, &b.low_freq_factor, sizeof(float)) == 0 &&
+         std::memcmp(&a.high_freq_factor, &b.high_freq_factor, sizeof(float)) == 0 &&
+         a.original_max_position == b.original_max_position;
+}
+
+}  // namespace
+
+RopeTables::View RopeTables::get(int64_t D, const RopeParams& params, int64_t max_position) {
+  Table* table = nullptr;
+  for (Table& t : tables_)
+    if (t.D == D && same_params(t.params, params)) table = &t;
+  if (table == nullptr) {
+    tables_.push_back(Table{D, params, 0, {}, {}});
+    table = &tables_.back();
+  }
+  if (max_position >= table->capacity) {
+    int64_t capacity = 256;
+    while (capacity <= max_position) capacity *= 2;
+    const int64_t half = D / 2;
+    const std::vector<float> inv_freq = cpu_ref::rope_inv_freq(D, params);
+    table->cos.resize(static_cast<size_t>(capacity * half));
+    table->sin.resize(static_cast<size_t>(capacity * half));
+    for (int64_t pos = table->capacity; pos < capacity; ++pos) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(pos) * inv_freq[i];
+        table->cos[pos * half + i] = std::cos(angle);
+        table->sin[pos * half + i] = std::sin(angle);
+      }
+    }
+    table->capacity = capacity;
+  }
+  return View{table->cos.data(), table->sin.data()};
+}
+
+}  // namespace anvil::cpu_opt

@@ -1,0 +1,116 @@
+// `anvil launch --nproc N [--hostfile F] [--max-restarts K] -- train <args>`: runs the
+// training command on N ranks under mpirun and restarts it from the newest committed
+// checkpoint when a rank dies (parallel/launcher.h). The run directory is fixed before the
+// first start (a default one is chosen when <args> name none) so every restart continues the
+// same run, and restarts always pass --resume auto. Variables named ANVIL_* and OMP_* are
+// exported to every rank. docs/distributed.md has the equivalent Slurm (srun) lines.
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "parallel/launcher.h"
+#include "train/run_dir.h"
+
+extern char** environ;
+
+namespace anvil::cli {
+namespace {
+
+// Returns the value of `--name value` or `--name=value` in args, or "".
+std::string option_value(const std::vector<std::string>& args, const std::string& name) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == name && i + 1 < args.size()) return args[i + 1];
+    if (args[i].starts_with(name + "=")) return args[i].substr(name.size() + 1);
+  }
+  return "";
+}
+
+// Returns args without any `--name value` / `--name=value`.
+std::vector<std::string> without_option(const std::vector<std::string>& args,
+                                        const std::string& name) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == name) {
+      ++i;
+      continue;
+    }
+    if (args[i].starts_with(name + "=")) continue;
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+std::string this_executable() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  ANVIL_CHECK(!error, "[launch] cannot find the anvil executable (/proc/self/exe: {})",
+              error.message());
+  return self.string();
+}
+
+std::vector<std::string> exported_environment() {
+  std::vector<std::string> out;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string variable(*entry);
+    if (variable.starts_with("ANVIL_") || variable.starts_with("OMP_")) out.push_back(variable);
+  }
+  return out;
+}
+
+int run_launch_command(const std::vector<std::string>& raw_args) {
+  std::vector<std::string> own_args;
+  std::vector<std::string> job;
+  bool after_separator = false;
+  for (const std::string& arg : raw_args) {
+    if (!after_separator && arg == "--") {
+      after_separator = true;
+    } else if (after_separator) {
+      job.push_back(arg);
+    } else {
+      own_args.push_back(arg);
+    }
+  }
+  CLI::App app("Run `anvil train` on N ranks under mpirun; restart it from the newest committed "
+               "checkpoint when a rank dies.\nUsage: anvil launch --nproc N [options] -- train "
+               "<train args>",
+               "anvil launch");
+  LaunchOptions options;
+  app.add_option("--nproc", options.nproc, "number of ranks")->required();
+  app.add_option("--hostfile", options.hostfile, "Open MPI hostfile (default: this machine)");
+  app.add_option("--max-restarts", options.max_restarts,
+                 "restarts allowed after a rank failure")->capture_default_str();
+  app.add_option("--stop-timeout", options.stop_timeout_s,
+                 "seconds ranks get to checkpoint after SIGTERM before they are killed")
+      ->capture_default_str();
+  app.add_option("--mpirun", options.mpirun, "the mpirun executable")->capture_default_str();
+  if (!parse_args(app, own_args)) return 0;
+  ANVIL_CHECK(!job.empty() && job.front() == "train",
+              "[launch] give the training command after '--', e.g. anvil launch --nproc 2 -- "
+              "train --config configs/tiny.toml");
+
+  if (option_value(job, "--run-dir").empty()) {
+    const std::string config = option_value(job, "--config");
+    const std::string name =
+        config.empty() ? "tiny" : std::filesystem::path(config).stem().string();
+    job.push_back("--run-dir");
+    job.push_back(default_run_dir(name).string());
+  }
+  options.program = this_executable();
+  options.first_args = job;
+  options.restart_args = without_option(job, "--resume");
+  options.restart_args.push_back("--resume");
+  options.restart_args.push_back("auto");
+  options.exported_env = exported_environment();
+  return run_launch(options);
+}
+
+}  // namespace
+
+ANVIL_COMMAND("launch", "run training on N ranks under mpirun, restarting after a rank failure",
+              15, run_launch_command);
+
+}  // namespace anvil::cli

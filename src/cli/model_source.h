@@ -1,0 +1,40 @@
+// The model a command names with --model / --from: a Hugging Face directory (config.json plus
+// safetensors; an `anvil convert --format anvil` directory is one too), an anvil checkpoint
+// folder (manifest.json marks it; verified, read through its config.toml, which also names the
+// tokenizer), or a run directory (its newest valid checkpoint). Shared by `anvil convert` and `anvil eval` so both accept exactly
+// the same sources and describe them the same way.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "io/safetensors_collection.h"
+#include "model/hf_checkpoint.h"
+
+namespace anvil::cli {
+
+struct ModelSource {
+  enum class Kind { hf_dir, anvil_checkpoint };
+  Kind kind = Kind::hf_dir;
+  std::filesystem::path dir;  // the Hugging Face directory or the checkpoint folder
+  HfModelConfig config;       // a checkpoint's is built from its config.toml
+  // The tokenizer the model was trained with (file or directory), when it can be found.
+  std::optional<std::filesystem::path> tokenizer;
+
+  // Returns e.g. "Hugging Face directory m/ (LlamaForCausalLM)" for messages.
+  std::string describe() const;
+};
+
+// Resolves a path to a model source; throws naming the path and what was expected.
+ModelSource resolve_model_source(const std::filesystem::path& path);
+
+// Opens the source's weights (model.safetensors, or the shards of an index).
+SafetensorsCollection open_model_tensors(const ModelSource& source);
+
+// Builds the model and loads its weights (checked as in check_hf_tensors).
+std::unique_ptr<LlamaModel> load_source_model(const ModelSource& source, Backend& backend,
+                                              const ModelOptions& options);
+
+}  // namespace anvil::cli

@@ -1,0 +1,39 @@
+// Exact host collectives (see collectives.h): values travel as pairs of u32 words.
+#include "parallel/collectives.h"
+
+#include <bit>
+
+namespace anvil {
+
+std::vector<uint64_t> all_gather_words(Communicator& comm, std::span<const uint64_t> values) {
+  std::vector<uint64_t> in(values.begin(), values.end());
+  std::vector<uint64_t> out(in.size() * static_cast<size_t>(comm.size()));
+  const auto n = static_cast<int64_t>(in.size()) * 2;
+  comm.all_gather(Tensor(in.data(), DType::u32, Shape{n}),
+                  Tensor(out.data(), DType::u32, Shape{n * comm.size()}));
+  return out;
+}
+
+std::vector<int64_t> all_gather_int64s(Communicator& comm, std::span<const int64_t> values) {
+  std::vector<uint64_t> words(values.size());
+  for (size_t i = 0; i < values.size(); ++i) words[i] = static_cast<uint64_t>(values[i]);
+  std::vector<int64_t> out;
+  for (const uint64_t word : all_gather_words(comm, words)) out.push_back(static_cast<int64_t>(word));
+  return out;
+}
+
+std::vector<double> all_gather_doubles(Communicator& comm, std::span<const double> values) {
+  std::vector<uint64_t> words(values.size());
+  for (size_t i = 0; i < values.size(); ++i) words[i] = std::bit_cast<uint64_t>(values[i]);
+  std::vector<double> out;
+  for (const uint64_t word : all_gather_words(comm, words)) out.push_back(std::bit_cast<double>(word));
+  return out;
+}
+
+int64_t all_ranks_sum(Communicator& comm, int64_t value) {
+  int64_t total = 0;
+  for (const int64_t v : all_gather_int64s(comm, std::span<const int64_t>(&value, 1))) total += v;
+  return total;
+}
+
+}  // namespace anvil

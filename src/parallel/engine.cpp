@@ -1,0 +1,346 @@
+// DataParallelEngine: state allocation, the training step, evaluation, weight access for
+// checkpoints and the memory report. The group hooks (gathers and gradient reductions) live in
+// engine_hooks.cpp.
+#include "parallel/engine.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "model/llama_parameters.h"
+#include "parallel/collectives.h"
+#include "parallel/exact_sum.h"
+
+namespace anvil {
+namespace {
+
+// Gathered-weight slots under stage 3 (the pinned tied embedding, the group in use, the
+// prefetched next one) and full-gradient slots under stages 2-3 (the same, with a slot whose
+// reduce-scatter is in flight in place of the prefetch).
+constexpr int kWeightSlots = 3;
+constexpr int kGradientSlots = 3;
+
+Buffer zeroed_buffer(Backend& backend, int64_t elements) {
+  Buffer buffer(backend, static_cast<size_t>(elements) * sizeof(float));
+  backend.fill_zero(buffer.as(DType::f32, Shape{elements}));
+  return buffer;
+}
+
+Tensor whole(const Buffer& buffer) {
+  return buffer.as(DType::f32, Shape{static_cast<int64_t>(buffer.bytes() / sizeof(float))});
+}
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+ModelOptions DataParallelEngine::model_options(ModelOptions options, int zero_stage) {
+  options.allocate_weights = zero_stage == 0;
+  options.allocate_gradients = zero_stage <= 1;
+  return options;
+}
+
+DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
+                                       const EngineOptions& options)
+    : model_(&model),
+      mesh_(&mesh),
+      options_(options),
+      stage_(mesh.zero_stage()),
+      head_(head_group(model.config())),
+      tied_(model.config().tie_embeddings),
+      plan_(model.parameters().layout(), mesh.data_world(), mesh.shape().fsdp, mesh.data_rank()),
+      spans_(layout_decay_spans(model.parameters().layout())) {
+  ANVIL_CHECK(options.micro_batches >= 1, "[parallel] micro_batches must be >= 1, got {}",
+              options.micro_batches);
+  const bool weights_allocated = model.parameters().has_storage(0);
+  const bool gradients_allocated = model.gradients().has_storage(0);
+  ANVIL_CHECK(weights_allocated == (stage_ == 0) && gradients_allocated == (stage_ <= 1),
+              "[parallel] the model for ZeRO stage {} must be built with "
+              "DataParallelEngine::model_options",
+              stage_);
+  ANVIL_CHECK(!mesh.offload() || model.backend().device().is_cpu(),
+              "[parallel] optimizer offload is implemented for the cpu backend only, where "
+              "optimizer state already lives in host memory; the {} backend cannot offload yet",
+              model.backend().name());
+  allocate_state(options.micro_batches);
+  build_optimizer();
+  gradient_slot_of_.assign(static_cast<size_t>(plan_.group_count()), -1);
+  model.set_group_hooks(this);
+}
+
+DataParallelEngine::~DataParallelEngine() {
+  weight_slots_.wait_all();
+  model_->set_group_hooks(nullptr);
+}
+
+void DataParallelEngine::allocate_state(int micro_batches) {
+  Backend& backend = model_->backend();
+  const bool running_sum_here = mesh_->data_rank() == 0 && micro_batches > 1;
+  storage_.resize(static_cast<size_t>(plan_.group_count()));
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    const GroupShard& s = plan_.group(g);
+    GroupStorage& st = storage_[static_cast<size_t>(g)];
+    if (stage_ == 1 || stage_ == 2) {
+      st.replica = zeroed_buffer(backend, s.padded);
+      model_->bind_weights(g, whole(st.replica));
+    }
+    if (stage_ == 3) st.weight_shard = zeroed_buffer(backend, s.shard);
+    if (stage_ >= 2) st.grad_shard = zeroed_buffer(backend, s.shard);
+    if (stage_ <= 1 && running_sum_here) st.grad_sum = zeroed_buffer(backend, s.numel);
+  }
+  if (stage_ == 3) weight_slots_ = SlotPool(backend, kWeightSlots, plan_.max_padded());
+  if (stage_ >= 2) {
+    gradient_slots_ = SlotPool(backend, kGradientSlots, plan_.max_padded());
+    if (micro_batches > 1) running_sum_slot_ = SlotPool(backend, 1, plan_.max_padded());
+  }
+}
+
+Tensor DataParallelEngine::model_weights(int group) const {
+  return model_->parameters().group(group);
+}
+
+Tensor DataParallelEngine::optimizer_weights(int group) const {
+  const GroupShard& s = plan_.group(group);
+  const GroupStorage& st = storage_[static_cast<size_t>(group)];
+  if (stage_ == 3) return whole(st.weight_shard).flat(0, s.shard_length);
+  return model_weights(group).flat(s.shard_begin, s.shard_length);
+}
+
+Tensor DataParallelEngine::optimizer_gradients(int group) const {
+  const GroupShard& s = plan_.group(group);
+  if (stage_ >= 2) return whole(storage_[static_cast<size_t>(group)].grad_shard).flat(0, s.shard_length);
+  return model_->gradients().group(group).flat(s.shard_begin, s.shard_length);
+}
+
+Tensor DataParallelEngine::reduced_gradient_slice(int group) const {
+  const GroupShard& s = plan_.group(group);
+  if (stage_ >= 2) {
+    return whole(storage_[static_cast<size_t>(group)].grad_shard)
+        .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice_length);
+  }
+  return model_->gradients().group(group).flat(s.slice_begin, s.slice_length);
+}
+
+void DataParallelEngine::build_optimizer() {
+  std::vector<OptimizerGroup> groups;
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    const GroupShard& s = plan_.group(g);
+    if (s.shard_length == 0) continue;
+    OptimizerGroup group;
+    group.params = optimizer_weights(g);
+    group.grads = optimizer_gradients(g);
+    group.spans = spans_in_range(spans_[static_cast<size_t>(g)], s.shard_begin, s.shard_length);
+    storage_[static_cast<size_t>(g)].optimizer_index = static_cast<int>(groups.size());
+    groups.push_back(std::move(group));
+  }
+  optimizer_ = std::make_unique<AdamW>(model_->backend(), std::move(groups), options_.hyper);
+}
+
+void DataParallelEngine::init_weights(uint64_t seed) {
+  if (stage_ == 0) {
+    model_->init_weights(seed);
+    return;
+  }
+  const ParameterLayout& layout = model_->parameters().layout();
+  std::vector<float> host;
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    host.resize(static_cast<size_t>(layout.group_numel(g)));
+    init_llama_group(model_->config(), layout, g, seed, host.data());
+    set_weights(g, 0, layout.group_numel(g), host.data());
+  }
+}
+
+std::pair<int64_t, int64_t> DataParallelEngine::weight_range(int group) const {
+  const GroupShard& s = plan_.group(group);
+  if (stage_ == 3) return {s.shard_begin, s.shard_begin + s.shard_length};
+  return {0, s.numel};
+}
+
+void DataParallelEngine::set_weights(int group, int64_t begin, int64_t count,
+                                     const float* values) {
+  const auto [lo, hi] = weight_range(group);
+  const int64_t first = std::max(begin, lo);
+  const int64_t last = std::min(begin + count, hi);
+  if (first >= last) return;
+  weight_slots_.wait_all();
+  const Tensor target = stage_ == 3
+                            ? whole(storage_[static_cast<size_t>(group)].weight_shard)
+                                  .flat(first - lo, last - first)
+                            : model_weights(group).flat(first, last - first);
+  model_->backend().copy_from_host(target, values + (first - begin));
+  if (stage_ == 3) weight_slots_.forget_cached();
+}
+
+void DataParallelEngine::gather_weights(int group, float* host) {
+  const GroupShard& s = plan_.group(group);
+  if (stage_ != 3) {
+    model_->backend().copy_to_host(host, model_weights(group));
+    return;
+  }
+  int slot = weight_slots_.find(group);
+  if (slot < 0) {
+    slot = weight_slots_.take(group);
+    start_weight_gather(group, slot);
+  }
+  weight_slots_.wait(slot);
+  model_->backend().copy_to_host(host, weight_slots_.tensor(slot, s.numel));
+}
+
+Tensor DataParallelEngine::moment(int group, int which) const {
+  const int index = storage_[static_cast<size_t>(group)].optimizer_index;
+  if (index < 0) return Tensor();
+  return optimizer_->state_tensors()[static_cast<size_t>(2 * index + which)].tensor;
+}
+
+StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, double lr) {
+  ANVIL_CHECK(static_cast<int>(micro_batches.size()) == options_.micro_batches,
+              "[parallel] a step takes {} micro-batches per rank, got {}", options_.micro_batches,
+              micro_batches.size());
+  Communicator& world = mesh_->world();
+  // The loss is sum(token losses) / N over the global batch, so every micro-batch's
+  // gradient is scaled by 1/N with N counted on every rank before any backward runs.
+  int64_t local_tokens = 0;
+  for (const Batch& batch : micro_batches) local_tokens += model_->count_loss_tokens(batch);
+  StepReport report;
+  report.loss.count = all_ranks_sum(world, local_tokens);
+  ANVIL_CHECK(report.loss.count > 0, "[parallel] the global batch has no trained target tokens");
+  const float grad_scale = static_cast<float>(1.0 / static_cast<double>(report.loss.count));
+
+  if (stage_ <= 1) model_->gradients().zero();
+  std::vector<double> loss_sums(micro_batches.size());
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    micro_step_ = static_cast<int>(m);
+    begin_pass(Pass::train);
+    loss_sums[m] = model_->forward_backward(micro_batches[m], grad_scale).sum;
+    end_pass();
+    finish_micro_step(m + 1 == micro_batches.size());
+  }
+  // Global micro-batch j = m * world + r: add the sums in that order, as one process would.
+  const std::vector<double> all_sums = all_gather_doubles(world, loss_sums);
+  const size_t ranks = static_cast<size_t>(world.size());
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    for (size_t r = 0; r < ranks; ++r) report.loss.sum += all_sums[r * micro_batches.size() + m];
+  }
+
+  report.grad_norm = global_grad_norm();
+  report.clip_scale = clip_coefficient(report.grad_norm, options_.grad_clip);
+  if (!std::isfinite(report.grad_norm) || !std::isfinite(report.loss.sum)) return report;
+  weight_slots_.wait_all();  // no gather may still read the shards the step rewrites
+  optimizer_->step(lr, report.clip_scale);
+  publish_weights();
+  return report;
+}
+
+double DataParallelEngine::global_grad_norm() {
+  ExactSquareSum local;
+  std::vector<float> host;
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    if (plan_.group(g).slice_length == 0) continue;  // this rank's slice is all padding
+    const Tensor slice = reduced_gradient_slice(g);
+    if (slice.device.is_cpu()) {
+      local.add_squares(slice.f32(), slice.numel());
+    } else {
+      host.resize(static_cast<size_t>(slice.numel()));
+      model_->backend().copy_to_host(host.data(), slice);
+      local.add_squares(host.data(), slice.numel());
+    }
+  }
+  const ExactSquareSum::Words words = local.to_words();
+  const std::vector<uint64_t> all = all_gather_words(mesh_->world(), words);
+  ExactSquareSum total;
+  for (size_t r = 0; r < all.size() / words.size(); ++r) {
+    ExactSquareSum::Words rank_words;
+    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(r * words.size()), words.size(),
+                rank_words.begin());
+    total.add(ExactSquareSum::from_words(rank_words));
+  }
+  return std::sqrt(total.value());
+}
+
+void DataParallelEngine::publish_weights() {
+  if (stage_ == 3) {
+    weight_slots_.forget_cached();
+    return;
+  }
+  if (stage_ == 0 || mesh_->shape().fsdp == 1) return;
+  std::vector<std::unique_ptr<CommHandle>> gathers;
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    const GroupShard& s = plan_.group(g);
+    const Tensor replica = whole(storage_[static_cast<size_t>(g)].replica);
+    gathers.push_back(mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica));
+  }
+  for (auto& gather : gathers) gather->wait();
+}
+
+LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(int64_t)>& batch_at) {
+  Communicator& world = mesh_->world();
+  const int ranks = world.size();
+  const int64_t rounds = (count + ranks - 1) / ranks;
+  std::vector<double> sums(static_cast<size_t>(rounds), 0.0);
+  std::vector<int64_t> counts(static_cast<size_t>(rounds), 0);
+  for (int64_t k = 0; k < rounds; ++k) {
+    const int64_t index = k * ranks + world.rank();
+    if (index < count) {
+      begin_pass(Pass::eval);
+      const LossSum loss = model_->forward_loss(batch_at(index));
+      end_pass();
+      sums[static_cast<size_t>(k)] = loss.sum;
+      counts[static_cast<size_t>(k)] = loss.count;
+    } else if (stage_ == 3) {
+      run_gather_only_pass();  // the other ranks' passes gather weights from this one too
+    }
+  }
+  const std::vector<double> all_sums = all_gather_doubles(world, sums);
+  const std::vector<int64_t> all_counts = all_gather_int64s(world, counts);
+  LossSum total;
+  for (int64_t k = 0; k < rounds; ++k) {
+    for (int r = 0; r < ranks && k * ranks + r < count; ++r) {
+      const size_t at = static_cast<size_t>(r * rounds + k);
+      total += LossSum{all_sums[at], all_counts[at]};
+    }
+  }
+  return total;
+}
+
+MemoryReport DataParallelEngine::memory() const {
+  MemoryReport report;
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    const GroupShard& s = plan_.group(g);
+    const GroupStorage& st = storage_[static_cast<size_t>(g)];
+    const int64_t bytes = static_cast<int64_t>(sizeof(float));
+    report.weights += (stage_ == 0 ? s.numel : stage_ == 3 ? s.shard : s.padded) * bytes;
+    report.gradients += (stage_ <= 1 ? s.numel : s.shard) * bytes +
+                        static_cast<int64_t>(st.grad_sum.bytes());
+    if (st.optimizer_index >= 0) report.optimizer += 2 * s.shard_length * bytes;
+  }
+  report.slots = weight_slots_.bytes() + gradient_slots_.bytes() + running_sum_slot_.bytes();
+  report.activations = static_cast<int64_t>(model_->activation_bytes());
+  return report;
+}
+
+std::string DataParallelEngine::memory_table() {
+  const MemoryReport mine = memory();
+  const std::vector<int64_t> values = {mine.weights, mine.gradients, mine.optimizer, mine.slots,
+                                       mine.activations};
+  const std::vector<int64_t> all = all_gather_int64s(mesh_->world(), values);
+  const double params = static_cast<double>(model_->config().param_count());
+  std::string text = fmt::format("memory per rank ({}; {:.3f}M parameters, f32 weights, "
+                                 "gradients and AdamW m, v = 16 bytes/param unsharded):",
+                                 mesh_->describe(), params / 1e6);
+  for (size_t r = 0; r * values.size() < all.size(); ++r) {
+    const int64_t* v = all.data() + r * values.size();
+    const int64_t state = v[0] + v[1] + v[2];
+    text += fmt::format(
+        "\n  rank {}: weights {} | gradients {} | optimizer {} | slots {} | activations {} | "
+        "model state {:.2f} bytes/param | total {}",
+        r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]),
+        static_cast<double>(state) / params, mib(state + v[3] + v[4]));
+  }
+  return text;
+}
+
+}  // namespace anvil

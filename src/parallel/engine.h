@@ -1,0 +1,180 @@
+// DataParallelEngine: data parallelism and ZeRO stages 0-3 applied to a single-device
+// LlamaModel from outside, through its GroupHooks and flat per-group buffers.
+//   stage 0  weights, gradients and AdamW state replicated; each group's gradient is
+//            all-reduced as soon as its backward finishes, overlapping the rest of backward.
+//   stage 1  AdamW moments sharded over fsdp; each rank steps its shard of every group and
+//            the updated weights are all-gathered.
+//   stage 2  gradients reduce-scattered too: a rank keeps only its shard; full gradients
+//            exist only in a few group-sized slots while a group's backward runs.
+//   stage 3  weights sharded too: a group is all-gathered into a slot before each use in
+//            forward and backward, the next group in the pass is prefetched, and slots are
+//            reused after; the model's views are re-pointed with bind_weights/gradients.
+// Exactness: the gradient of a step is defined as the serial sum g_0 + g_1 + ... + g_(n-1)
+// over the global batch's n micro-batches, each computed into zeroed buffers, in global
+// order j = m * world + r (micro-step m of data rank r). The engine reduces after every
+// micro-step with ReduceOp::ordered_sum, and rank 0 adds the running sum into its own term
+// first, so the result is that serial sum bit for bit at any world size and stage (one
+// process included). The loss is summed in the same order and the gradient norm is exact
+// (ExactSquareSum). Hence N processes reproduce one process with the same global batch.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+#include "optim/adamw.h"
+#include "parallel/mesh.h"
+#include "parallel/shard_plan.h"
+#include "parallel/slot_pool.h"
+
+namespace anvil {
+
+struct EngineOptions {
+  AdamWHyperParams hyper;
+  double grad_clip = 0.0;  // global-norm clipping threshold; <= 0 disables it
+  int micro_batches = 1;   // micro-batches per step on each rank (buffers are sized for it)
+};
+
+struct StepReport {
+  LossSum loss;          // over the whole global batch
+  double grad_norm = 0;  // before clipping
+  double clip_scale = 1;
+};
+
+// Bytes this rank holds, by kind.
+struct MemoryReport {
+  int64_t weights = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;      // AdamW m and v
+  int64_t slots = 0;          // gather / reduce buffers for full groups (stages 2 and 3)
+  int64_t activations = 0;    // the model's activation arena
+  int64_t total() const { return weights + gradients + optimizer + slots + activations; }
+};
+
+class DataParallelEngine final : private GroupHooks {
+ public:
+  // Returns `options` with the buffers the engine provides itself switched off.
+  static ModelOptions model_options(ModelOptions options, int zero_stage);
+
+  // Takes over `model` (built with model_options(..., mesh.zero_stage())) and allocates the
+  // sharded state; weights start at zero (init_weights or a checkpoint fills them).
+  DataParallelEngine(LlamaModel& model, DeviceMesh& mesh, const EngineOptions& options);
+  ~DataParallelEngine() override;
+  DataParallelEngine(const DataParallelEngine&) = delete;
+  DataParallelEngine& operator=(const DataParallelEngine&) = delete;
+
+  // Initialises the weights as LlamaModel::init_weights(seed) would (each rank its part).
+  void init_weights(uint64_t seed);
+
+  // Runs one optimizer step on this rank's micro-batches (micro-step order) at learning rate
+  // `lr`; every rank passes the same number. Collective.
+  StepReport train_step(std::span<const Batch> micro_batches, double lr);
+
+  // Returns the loss over batches 0..count-1, batch i run by data rank i % world and the
+  // sums added in batch order (so equal to a single process's). Collective.
+  LossSum evaluate(int64_t count, const std::function<Batch(int64_t)>& batch_at);
+
+  LlamaModel& model() const { return *model_; }
+  DeviceMesh& mesh() const { return *mesh_; }
+  const ShardPlan& plan() const { return plan_; }
+  int zero_stage() const { return stage_; }
+  int64_t optimizer_steps() const { return optimizer_->step_count(); }
+  void set_optimizer_steps(int64_t steps) { optimizer_->set_step_count(steps); }
+
+  // Returns the element range [begin, end) of group g's weights this rank holds: its fsdp
+  // shard under stage 3, the whole group otherwise.
+  std::pair<int64_t, int64_t> weight_range(int group) const;
+  // Copies values for elements [begin, begin + count) of group g into the part of them this
+  // rank holds (elements outside weight_range are skipped).
+  void set_weights(int group, int64_t begin, int64_t count, const float* values);
+  // Copies group g's full weights (layout group size) to host memory; collective over the
+  // fsdp axis under stage 3.
+  void gather_weights(int group, float* host);
+  // Returns AdamW's m (which = 0) or v (which = 1) for this rank's shard of group g:
+  // elements [shard_begin, shard_begin + shard_length); undefined when the shard is empty.
+  Tensor moment(int group, int which) const;
+
+  MemoryReport memory() const;
+  // Returns one line per rank (world order) with its memory by kind; collective, the text is
+  // complete on world rank 0.
+  std::string memory_table();
+
+ private:
+  struct GroupStorage {
+    Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model
+    Buffer weight_shard;  // stage 3: this rank's fsdp shard of the weights
+    Buffer grad_shard;    // stages 2-3: this rank's fsdp shard of the reduced gradient
+    Buffer grad_sum;      // stages 0-1, world rank 0, several micro-batches: running sum
+    int optimizer_index = -1;  // this group's index in the AdamW groups; -1 when empty
+  };
+  // A gradient reduction in flight (stages 2-3): the world reduce-scatter out of a slot,
+  // then, with dp > 1, the gather of the world slices into the fsdp shard.
+  struct PendingReduction {
+    int group = -1;
+    int slot = -1;
+    std::unique_ptr<CommHandle> scatter;
+    std::unique_ptr<CommHandle> assemble;
+  };
+  enum class Pass { idle, train, eval };
+
+  void before_forward(int group) override;
+  void after_forward(int group) override;
+  void before_backward(int group) override;
+  void after_backward(int group) override;
+
+  void allocate_state(int micro_batches);
+  void build_optimizer();
+  Tensor model_weights(int group) const;
+  Tensor optimizer_weights(int group) const;
+  Tensor optimizer_gradients(int group) const;
+  Tensor reduced_gradient_slice(int group) const;
+  void begin_pass(Pass pass);
+  void end_pass();
+  // Stage 3: makes group g's gathered weights available to the model, prefetching the next.
+  void acquire_weights(int group);
+  void release_weights(int group);
+  void start_weight_gather(int group, int slot);
+  void prefetch_next_weights();
+  // Stages 2-3: binds a zeroed gradient slot; starts the running-sum gather.
+  void bind_gradient_slot(int group);
+  void start_running_sum_gather(int group);
+  // Called when group g's gradient is complete: starts its reduction.
+  void reduce_gradient(int group);
+  // Advances reductions without blocking; with `wait_for_one`, first waits for the oldest
+  // reduce-scatter (which frees its slot).
+  void poll_reductions(bool wait_for_one);
+  bool scatter_pending() const;
+  void finish_micro_step(bool last);
+  double global_grad_norm();
+  void publish_weights();
+  void run_gather_only_pass();
+
+  LlamaModel* model_;
+  DeviceMesh* mesh_;
+  EngineOptions options_;
+  int stage_;
+  int head_;
+  bool tied_;
+  ShardPlan plan_;
+  std::vector<std::vector<ParamSpan>> spans_;
+  std::vector<GroupStorage> storage_;
+  std::unique_ptr<AdamW> optimizer_;
+  SlotPool weight_slots_;
+  SlotPool gradient_slots_;
+  SlotPool running_sum_slot_;
+  std::unique_ptr<CommHandle> running_sum_gather_;
+  std::vector<std::unique_ptr<CommHandle>> all_reduces_;  // stages 0-1
+  std::deque<PendingReduction> reductions_;                // stages 2-3
+  std::vector<int> gradient_slot_of_;                      // group -> slot, or -1
+  Pass pass_ = Pass::idle;
+  int micro_step_ = 0;
+  std::vector<int> weight_uses_;  // the order a pass reads groups (stage 3 prefetch)
+  size_t use_position_ = 0;
+};
+
+}  // namespace anvil

@@ -1,0 +1,230 @@
+// DataParallelEngine's group hooks: stage-3 weight gathers with one-group-ahead prefetch, and
+// the per-micro-step gradient reductions of every stage. Every rank makes the same calls in
+// the same order (the model's hook sequence is fixed), so collectives match across ranks;
+// chained steps of a reduction start in FIFO order for the same reason.
+#include <utility>
+
+#include "core/error.h"
+#include "model/llama_parameters.h"
+#include "parallel/engine.h"
+
+namespace anvil {
+
+void DataParallelEngine::begin_pass(Pass pass) {
+  pass_ = pass;
+  use_position_ = 0;
+  weight_uses_.clear();
+  const int layers = model_->config().n_layers;
+  weight_uses_.push_back(kEmbeddingGroup);
+  for (int l = 0; l < layers; ++l) weight_uses_.push_back(layer_group(l));
+  weight_uses_.push_back(head_);
+  if (pass == Pass::train) {
+    for (int l = layers - 1; l >= 0; --l) weight_uses_.push_back(layer_group(l));
+    weight_uses_.push_back(kEmbeddingGroup);
+  }
+}
+
+void DataParallelEngine::end_pass() {
+  // The tied embedding stays pinned for a whole pass (the head reads it after the layers).
+  for (int s = 0; s < weight_slots_.count(); ++s) weight_slots_.set_in_use(s, false);
+  pass_ = Pass::idle;
+}
+
+void DataParallelEngine::before_forward(int group) {
+  poll_reductions(false);
+  if (stage_ == 3) acquire_weights(group);
+  if (pass_ == Pass::train && group == head_ && stage_ >= 2) {
+    // The head runs forward and backward in one go; with tied embeddings it also adds to the
+    // embedding's gradient, which is complete only at the very end of the pass.
+    if (tied_) bind_gradient_slot(kEmbeddingGroup);
+    bind_gradient_slot(head_);
+    start_running_sum_gather(head_);
+  }
+}
+
+void DataParallelEngine::after_forward(int group) {
+  if (stage_ == 3) release_weights(group);
+  poll_reductions(false);
+}
+
+void DataParallelEngine::before_backward(int group) {
+  poll_reductions(false);
+  if (stage_ == 3) acquire_weights(group);
+  if (pass_ == Pass::train && stage_ >= 2) {
+    if (!(tied_ && group == kEmbeddingGroup)) bind_gradient_slot(group);
+    start_running_sum_gather(group);
+  }
+}
+
+void DataParallelEngine::after_backward(int group) {
+  if (stage_ == 3) release_weights(group);
+  if (pass_ == Pass::train) reduce_gradient(group);
+  poll_reductions(false);
+}
+
+void DataParallelEngine::start_weight_gather(int group, int slot) {
+  const GroupShard& s = plan_.group(group);
+  const Tensor shard =
+      storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard});
+  weight_slots_.set_pending(
+      slot, mesh_->fsdp().all_gather_async(shard, weight_slots_.tensor(slot, s.padded)));
+}
+
+void DataParallelEngine::acquire_weights(int group) {
+  // Follow the pass's use order; a call out of order (never made by the model) only costs
+  // the prefetch.
+  while (use_position_ < weight_uses_.size() && weight_uses_[use_position_] != group) {
+    ++use_position_;
+  }
+  if (use_position_ < weight_uses_.size()) ++use_position_;
+  int slot = weight_slots_.find(group);
+  if (slot < 0) {
+    slot = weight_slots_.take(group);
+    start_weight_gather(group, slot);
+  }
+  weight_slots_.wait(slot);
+  weight_slots_.set_in_use(slot, true);
+  model_->bind_weights(group, weight_slots_.tensor(slot, plan_.group(group).padded));
+  prefetch_next_weights();
+}
+
+void DataParallelEngine::prefetch_next_weights() {
+  if (use_position_ >= weight_uses_.size()) return;
+  const int next = weight_uses_[use_position_];
+  if (weight_slots_.find(next) >= 0) return;
+  const int slot = weight_slots_.take_without_waiting(next);
+  if (slot >= 0) start_weight_gather(next, slot);
+}
+
+void DataParallelEngine::release_weights(int group) {
+  if (tied_ && group == kEmbeddingGroup) return;  // pinned until end_pass
+  const int slot = weight_slots_.find(group);
+  if (slot >= 0) weight_slots_.set_in_use(slot, false);
+}
+
+void DataParallelEngine::bind_gradient_slot(int group) {
+  int slot = gradient_slots_.take_without_waiting(group);
+  while (slot < 0) {
+    ANVIL_CHECK(scatter_pending(), "[parallel] every gradient slot is in use");
+    poll_reductions(true);
+    slot = gradient_slots_.take_without_waiting(group);
+  }
+  gradient_slots_.set_in_use(slot, true);
+  const Tensor full = gradient_slots_.tensor(slot, plan_.group(group).padded);
+  model_->backend().fill_zero(full);
+  model_->bind_gradients(group, full);
+  gradient_slot_of_[static_cast<size_t>(group)] = slot;
+}
+
+void DataParallelEngine::start_running_sum_gather(int group) {
+  if (micro_step_ == 0) return;
+  // World rank 0 adds the running sum (the serial sum of every earlier micro-batch) to its
+  // own term, so it needs the whole group: each rank sends its reduced slice.
+  const GroupShard& s = plan_.group(group);
+  const Tensor my_slice = storage_[static_cast<size_t>(group)]
+                              .grad_shard.as(DType::f32, Shape{s.shard})
+                              .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice);
+  running_sum_gather_ =
+      mesh_->world().all_gather_async(my_slice, running_sum_slot_.tensor(0, s.padded));
+}
+
+void DataParallelEngine::reduce_gradient(int group) {
+  Backend& backend = model_->backend();
+  Communicator& world = mesh_->world();
+  GroupStorage& st = storage_[static_cast<size_t>(group)];
+  if (stage_ <= 1) {
+    const Tensor grad = model_->gradients().group(group);
+    if (micro_step_ > 0 && st.grad_sum.data() != nullptr) {
+      backend.add(st.grad_sum.as(DType::f32, grad.shape), grad, grad);
+    }
+    if (world.size() > 1) all_reduces_.push_back(world.all_reduce_async(grad, ReduceOp::ordered_sum));
+    return;
+  }
+  const GroupShard& s = plan_.group(group);
+  const int slot = gradient_slot_of_[static_cast<size_t>(group)];
+  ANVIL_CHECK(slot >= 0, "[parallel] group {} finished backward without a gradient slot", group);
+  const Tensor full = gradient_slots_.tensor(slot, s.padded);
+  if (micro_step_ > 0) {
+    running_sum_gather_->wait();
+    running_sum_gather_.reset();
+    if (world.rank() == 0) backend.add(running_sum_slot_.tensor(0, s.padded), full, full);
+  }
+  PendingReduction pending;
+  pending.group = group;
+  pending.slot = slot;
+  pending.scatter = world.reduce_scatter_async(
+      full,
+      st.grad_shard.as(DType::f32, Shape{s.shard})
+          .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice),
+      ReduceOp::ordered_sum);
+  reductions_.push_back(std::move(pending));
+  gradient_slot_of_[static_cast<size_t>(group)] = -1;
+}
+
+bool DataParallelEngine::scatter_pending() const {
+  for (const PendingReduction& p : reductions_)
+    if (p.scatter) return true;
+  return false;
+}
+
+void DataParallelEngine::poll_reductions(bool wait_for_one) {
+  weight_slots_.poll();
+  for (auto& handle : all_reduces_) handle->test();
+  // Scatters complete (as far as this rank knows) in FIFO order, and each starts its
+  // assembling gather in that order, so every dp peer starts those gathers identically.
+  bool waited = !wait_for_one;
+  for (PendingReduction& p : reductions_) {
+    if (p.scatter) {
+      if (!waited) {
+        p.scatter->wait();
+        waited = true;
+      } else if (!p.scatter->test()) {
+        break;
+      }
+      p.scatter.reset();
+      gradient_slots_.set_in_use(p.slot, false);
+      if (mesh_->shape().dp > 1) {
+        const GroupShard& s = plan_.group(p.group);
+        const Tensor shard =
+            storage_[static_cast<size_t>(p.group)].grad_shard.as(DType::f32, Shape{s.shard});
+        p.assemble = mesh_->dp().all_gather_async(
+            shard.flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice), shard);
+      }
+    }
+    if (p.assemble && p.assemble->test()) p.assemble.reset();
+  }
+  while (!reductions_.empty() && !reductions_.front().scatter && !reductions_.front().assemble) {
+    reductions_.pop_front();
+  }
+}
+
+void DataParallelEngine::finish_micro_step(bool last) {
+  for (auto& handle : all_reduces_) handle->wait();
+  all_reduces_.clear();
+  while (scatter_pending()) poll_reductions(true);
+  for (PendingReduction& p : reductions_) {
+    if (p.assemble) p.assemble->wait();
+  }
+  reductions_.clear();
+  if (stage_ >= 2 || last) return;
+  // Stages 0-1: rank 0 keeps the running sum; every rank starts the next micro-batch from
+  // zeroed gradients.
+  Backend& backend = model_->backend();
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    const Buffer& sum = storage_[static_cast<size_t>(g)].grad_sum;
+    const Tensor grad = model_->gradients().group(g);
+    if (sum.data() != nullptr) backend.copy(sum.as(DType::f32, grad.shape), grad);
+  }
+  model_->gradients().zero();
+}
+
+void DataParallelEngine::run_gather_only_pass() {
+  begin_pass(Pass::eval);
+  for (const int group : std::vector<int>(weight_uses_)) {
+    before_forward(group);
+    after_forward(group);
+  }
+  end_pass();
+}
+
+}  // namespace anvil

@@ -1,0 +1,332 @@
+// The launch supervisor (see launcher.h): fork/exec of mpirun with its output on a pipe, a
+// poll loop that relays lines and watches for failures and signals, and the restart policy.
+#include "parallel/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_stop_signals{0};
+
+void on_stop_signal(int) { g_stop_signals.fetch_add(1); }
+
+// Installs the launcher's SIGINT/SIGTERM handlers for its lifetime.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    g_stop_signals.store(0);
+    struct sigaction action;
+    std::memset(&action, 0, sizeof(action));
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_int_);
+    sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &previous_int_, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+ private:
+  struct sigaction previous_int_;
+  struct sigaction previous_term_;
+};
+
+int parse_int(std::string_view text) {
+  int value = -1;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+void log_launch(const std::string& line) {
+  fmt::print(stderr, "anvil launch: {}\n", line);
+  std::fflush(stderr);
+}
+
+// One run of mpirun: its process, the read end of its output pipe, and what was seen.
+class JobRun {
+ public:
+  JobRun(const std::vector<std::string>& argv, bool recovering, Clock::time_point failure_time)
+      : recovering_(recovering), failure_time_(failure_time) {
+    int fds[2];
+    ANVIL_CHECK(pipe2(fds, O_CLOEXEC) == 0, "[launch] cannot create a pipe: {}",
+                std::strerror(errno));
+    pid_ = fork();
+    ANVIL_CHECK(pid_ >= 0, "[launch] cannot fork: {}", std::strerror(errno));
+    if (pid_ == 0) exec_child(argv, fds[1]);
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~JobRun() {
+    if (fd_ >= 0) close(fd_);
+  }
+  JobRun(const JobRun&) = delete;
+  JobRun& operator=(const JobRun&) = delete;
+
+  // Relays output until mpirun exits; returns its wait status.
+  int supervise();
+
+  const std::optional<RankFailure>& failure() const { return failure_; }
+  Clock::time_point failure_seen() const { return failure_seen_; }
+  bool stop_forwarded() const { return forwarded_signals_ > 0; }
+  bool clean_stop_reported() const { return clean_stop_; }
+
+ private:
+  [[noreturn]] static void exec_child(const std::vector<std::string>& argv, int out_fd) {
+    setpgid(0, 0);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(out_fd, STDERR_FILENO);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    const std::string message =
+        fmt::format("anvil launch: cannot run {}: {}\n", argv[0], std::strerror(errno));
+    [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, message.data(), message.size());
+    _exit(127);
+  }
+
+  void forward_signals() {
+    const int received = g_stop_signals.load();
+    if (received == forwarded_signals_) return;
+    if (forwarded_signals_ == 0) {
+      log_launch("stopping: every rank finishes its step and writes a checkpoint (signal again "
+                 "to kill the job at once)");
+      kill(pid_, SIGTERM);
+    } else {
+      log_launch("killing the job");
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+    }
+    forwarded_signals_ = received;
+  }
+
+  void handle_line(std::string_view raw);
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool recovering_;
+  Clock::time_point failure_time_;
+  int forwarded_signals_ = 0;
+  int pending_rank_ = -1;
+  bool clean_stop_ = false;
+  bool recovery_reported_ = false;
+  std::optional<RankFailure> failure_;
+  Clock::time_point failure_seen_;
+  std::vector<std::string> last_error_;  // per rank: its last "anvil: error" line
+};
+
+void JobRun::handle_line(std::string_view raw) {
+  const TaggedLine line = parse_tagged_line(raw);
+  if (line.rank < 0) {
+    fmt::print(stderr, "{}\n", line.text);
+    if (!failure_) {
+      std::optional<RankFailure> failure = parse_mpirun_failure(line.text, pending_rank_);
+      if (failure) {
+        failure_ = failure;
+        failure_seen_ = Clock::now();
+      }
+    }
+    return;
+  }
+  std::FILE* stream = line.is_stderr ? stderr : stdout;
+  if (line.rank == 0) {
+    fmt::print(stream, "{}\n", line.text);
+  } else {
+    fmt::print(stream, "[rank {}] {}\n", line.rank, line.text);
+  }
+  std::fflush(stream);
+  if (line.text.starts_with("anvil: error:")) {
+    if (last_error_.size() <= static_cast<size_t>(line.rank)) last_error_.resize(line.rank + 1);
+    last_error_[static_cast<size_t>(line.rank)] = line.text;
+  }
+  if (line.rank == 0 && line.text.find("stopped by signal") != std::string::npos) clean_stop_ = true;
+  if (line.rank == 0 && recovering_ && !recovery_reported_) {
+    const long step = progress_step(line.text);
+    if (step >= 0) {
+      recovery_reported_ = true;
+      const double seconds = std::chrono::duration<double>(Clock::now() - failure_time_).count();
+      log_launch(fmt::format("recovered: step {} finished {:.1f} s after the failure was "
+                             "detected", step, seconds));
+    }
+  }
+}
+
+int JobRun::supervise() {
+  std::string pending;
+  char buffer[4096];
+  int status = 0;
+  bool exited = false;
+  Clock::time_point exited_at;
+  for (;;) {
+    forward_signals();
+    pollfd descriptor{fd_, POLLIN, 0};
+    const int ready = poll(&descriptor, 1, 200);
+    if (ready > 0) {
+      const ssize_t n = read(fd_, buffer, sizeof(buffer));
+      if (n == 0) break;  // every writer closed the pipe
+      if (n > 0) {
+        pending.append(buffer, static_cast<size_t>(n));
+        size_t newline;
+        while ((newline = pending.find('\n')) != std::string::npos) {
+          handle_line(std::string_view(pending).substr(0, newline));
+          pending.erase(0, newline + 1);
+        }
+      }
+    }
+    if (!exited && waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited = true;
+      exited_at = Clock::now();
+    }
+    // A rank that outlives mpirun may keep the pipe open; stop listening a moment later.
+    if (exited && ready <= 0 && Clock::now() - exited_at > std::chrono::seconds(1)) break;
+  }
+  if (!pending.empty()) handle_line(pending);
+  if (!exited) waitpid(pid_, &status, 0);
+  if (failure_ && failure_->rank >= 0 && static_cast<size_t>(failure_->rank) < last_error_.size() &&
+      !last_error_[static_cast<size_t>(failure_->rank)].empty()) {
+    failure_->reason += ": " + last_error_[static_cast<size_t>(failure_->rank)];
+  }
+  return status;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {}", WTERMSIG(status));
+  return "ended";
+}
+
+}  // namespace
+
+std::vector<std::string> mpirun_command(const LaunchOptions& options, int attempt, bool as_root,
+                                        const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {options.mpirun, "-np", std::to_string(options.nproc)};
+  if (!options.hostfile.empty()) {
+    argv.push_back("--hostfile");
+    argv.push_back(options.hostfile);
+  }
+  argv.push_back("--oversubscribe");
+  if (as_root) argv.push_back("--allow-run-as-root");
+  argv.push_back("--tag-output");
+  // mpirun turns its SIGTERM into SIGTERM for every rank, then SIGKILL after this many seconds.
+  argv.insert(argv.end(), {"--mca", "odls_base_sigkill_timeout",
+                           std::to_string(options.stop_timeout_s)});
+  for (const std::string& variable : options.exported_env) {
+    argv.push_back("-x");
+    argv.push_back(variable);
+  }
+  argv.push_back("-x");
+  argv.push_back("ANVIL_LAUNCH_ATTEMPT=" + std::to_string(attempt));
+  argv.push_back(options.program);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+TaggedLine parse_tagged_line(std::string_view line) {
+  static const std::regex tag(R"(^\[(\d+),(\d+)\]<(stdout|stderr)>:)");
+  std::cmatch match;
+  TaggedLine out;
+  if (std::regex_search(line.data(), line.data() + line.size(), match, tag)) {
+    out.rank = parse_int(std::string_view(match[2].first, static_cast<size_t>(match[2].length())));
+    out.is_stderr = match[3].str() == "stderr";
+    out.text = std::string(line.substr(static_cast<size_t>(match.length(0))));
+  } else {
+    out.text = std::string(line);
+  }
+  return out;
+}
+
+std::optional<RankFailure> parse_mpirun_failure(std::string_view line, int& pending_rank) {
+  static const std::regex signaled(
+      R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+) \(([^)]*)\))");
+  static const std::regex process_name(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
+  static const std::regex exit_code(R"(Exit code:\s*(-?\d+))");
+  static const std::regex aborted(R"(MPI_ABORT was invoked on rank (\d+))");
+  const std::string text(line);
+  std::smatch match;
+  if (std::regex_search(text, match, signaled)) {
+    return RankFailure{parse_int(match[1].str()),
+                       fmt::format("killed by signal {} ({})", match[2].str(), match[3].str())};
+  }
+  if (std::regex_search(text, match, aborted)) {
+    return RankFailure{parse_int(match[1].str()), "called MPI_Abort"};
+  }
+  if (std::regex_search(text, match, process_name)) {
+    pending_rank = parse_int(match[1].str());
+    return std::nullopt;
+  }
+  if (pending_rank >= 0 && std::regex_search(text, match, exit_code)) {
+    const int rank = pending_rank;
+    pending_rank = -1;
+    return RankFailure{rank, fmt::format("exited with code {}", match[1].str())};
+  }
+  return std::nullopt;
+}
+
+long progress_step(std::string_view line) {
+  static const std::regex step(R"(^step\s+(\d+)/\d+ \|)");
+  std::cmatch match;
+  if (!std::regex_search(line.data(), line.data() + line.size(), match, step)) return -1;
+  return std::stol(match[1].str());
+}
+
+int run_launch(const LaunchOptions& options) {
+  ANVIL_CHECK(options.nproc >= 1, "[launch] --nproc must be >= 1, got {}", options.nproc);
+  ANVIL_CHECK(options.max_restarts >= 0, "[launch] --max-restarts must be >= 0, got {}",
+              options.max_restarts);
+  const bool as_root = geteuid() == 0;
+  SignalGuard signals;
+  Clock::time_point failure_time;
+  for (int attempt = 0;; ++attempt) {
+    const std::vector<std::string>& args = attempt == 0 ? options.first_args : options.restart_args;
+    const std::vector<std::string> argv = mpirun_command(options, attempt, as_root, args);
+    if (attempt == 0) log_launch(fmt::format("{} ranks: {}", options.nproc, fmt::join(argv, " ")));
+    JobRun run(argv, attempt > 0, failure_time);
+    const int status = run.supervise();
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    if (run.stop_forwarded()) {
+      log_launch(run.clean_stop_reported() ? "stopped; every rank wrote its checkpoint"
+                                           : "stopped before rank 0 reported a checkpoint");
+      return run.clean_stop_reported() ? 0 : 1;
+    }
+    failure_time = run.failure() ? run.failure_seen() : Clock::now();
+    if (run.failure()) {
+      log_launch(fmt::format("rank {} failed: {}", run.failure()->rank, run.failure()->reason));
+    } else {
+      log_launch(fmt::format("mpirun {} without naming a failed rank", describe_status(status)));
+    }
+    if (attempt >= options.max_restarts) {
+      log_launch(fmt::format("giving up: {} restart{} allowed (--max-restarts)",
+                             options.max_restarts, options.max_restarts == 1 ? "" : "s"));
+      return 1;
+    }
+    log_launch(fmt::format("restart {}/{}: resuming from the newest committed checkpoint",
+                           attempt + 1, options.max_restarts));
+  }
+}
+
+}  // namespace anvil

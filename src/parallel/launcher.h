@@ -1,0 +1,61 @@
+// The supervisor behind `anvil launch`: runs a job under mpirun, relays its output (rank 0's
+// lines as they are, other ranks' prefixed "[rank N]"), and when a rank dies (crash, signal,
+// non-zero exit: mpirun then ends the whole job) names the rank and the reason and starts the
+// job again with the restart command (which resumes from the newest committed checkpoint),
+// until the restart budget is spent. SIGINT/SIGTERM to the launcher become one SIGTERM to
+// mpirun, which forwards it to every rank and allows them `stop_timeout_s` to checkpoint and
+// exit before it kills them; a second signal kills the job at once. mpirun runs in its own
+// process group so a terminal's Ctrl-C reaches it only through the launcher.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace anvil {
+
+struct LaunchOptions {
+  int nproc = 1;
+  std::string hostfile;  // empty: every rank on this machine
+  int max_restarts = 0;
+  int stop_timeout_s = 120;
+  std::string mpirun = "mpirun";
+  std::string program;                       // the executable every rank runs
+  std::vector<std::string> first_args;       // its arguments on the first start
+  std::vector<std::string> restart_args;     // and on every restart
+  std::vector<std::string> exported_env;     // NAME=value pairs every rank must see
+};
+
+// Returns mpirun's argv for one start: -np, the hostfile, --oversubscribe,
+// --allow-run-as-root when `as_root`, --tag-output, the stop timeout, -x for each exported
+// variable and ANVIL_LAUNCH_ATTEMPT=<attempt>, then the program and `args`.
+std::vector<std::string> mpirun_command(const LaunchOptions& options, int attempt, bool as_root,
+                                        const std::vector<std::string>& args);
+
+// One line of mpirun's --tag-output stream: "[1,3]<stderr>:text" is rank 3's stderr.
+struct TaggedLine {
+  int rank = -1;  // -1: mpirun's own line
+  bool is_stderr = false;
+  std::string text;
+};
+// Splits a tag off a line; lines without one are mpirun's own.
+TaggedLine parse_tagged_line(std::string_view line);
+
+// What mpirun says about a dead rank.
+struct RankFailure {
+  int rank = -1;
+  std::string reason;  // "killed by signal 9 (Killed)", "exited with code 3", ...
+};
+// Recognises mpirun's report of a failed rank in one of its own lines; `pending_rank` carries
+// the rank of a "Process name: [[job,1],R]" line to the "Exit code:" line that follows it.
+std::optional<RankFailure> parse_mpirun_failure(std::string_view line, int& pending_rank);
+
+// Returns the step number of a trainer progress line ("step  7/20 | loss ..."), or -1.
+long progress_step(std::string_view line);
+
+// Runs the job until it succeeds, is stopped by a signal, or fails with no restart left;
+// returns the launcher's exit status (0 on success or a clean stop).
+int run_launch(const LaunchOptions& options);
+
+}  // namespace anvil

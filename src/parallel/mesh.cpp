@@ -1,0 +1,68 @@
+// Mesh resolution and communicator construction (see mesh.h).
+#include "parallel/mesh.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace anvil {
+
+MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
+  ANVIL_CHECK(settings.zero_stage >= 0 && settings.zero_stage <= 3,
+              "[parallel] zero_stage must be 0, 1, 2 or 3, got {}", settings.zero_stage);
+  ANVIL_CHECK(settings.dp >= 0 && settings.fsdp >= 0,
+              "[parallel] dp and fsdp must be >= 1 (or 0 for automatic), got dp = {}, fsdp = {}",
+              settings.dp, settings.fsdp);
+  ANVIL_CHECK(settings.tp == 1,
+              "[parallel] tensor parallelism is not implemented yet: tp must be 1, got {}",
+              settings.tp);
+  MeshShape shape;
+  shape.tp = settings.tp;
+  const int rest = world_size / shape.tp;
+  if (settings.dp == 0 && settings.fsdp == 0) {
+    shape.dp = settings.zero_stage == 0 ? rest : 1;
+    shape.fsdp = settings.zero_stage == 0 ? 1 : rest;
+  } else if (settings.dp == 0) {
+    ANVIL_CHECK(rest % settings.fsdp == 0,
+                "[parallel] fsdp = {} does not divide the {} ranks of the world (tp = {})",
+                settings.fsdp, world_size, shape.tp);
+    shape.fsdp = settings.fsdp;
+    shape.dp = rest / settings.fsdp;
+  } else if (settings.fsdp == 0) {
+    ANVIL_CHECK(rest % settings.dp == 0,
+                "[parallel] dp = {} does not divide the {} ranks of the world (tp = {})",
+                settings.dp, world_size, shape.tp);
+    shape.dp = settings.dp;
+    shape.fsdp = rest / settings.dp;
+  } else {
+    shape.dp = settings.dp;
+    shape.fsdp = settings.fsdp;
+  }
+  ANVIL_CHECK(shape.dp * shape.fsdp * shape.tp == world_size,
+              "[parallel] dp x fsdp x tp = {} x {} x {} = {} but the job has {} ranks; set "
+              "parallel.dp and parallel.fsdp so that their product is {} (or 0 to derive one)",
+              shape.dp, shape.fsdp, shape.tp, shape.dp * shape.fsdp * shape.tp, world_size,
+              world_size / shape.tp);
+  ANVIL_CHECK(settings.zero_stage > 0 || shape.fsdp == 1,
+              "[parallel] fsdp = {} shards state over {} ranks but zero_stage is 0 (nothing is "
+              "sharded); set parallel.zero_stage to 1, 2 or 3, or parallel.fsdp = 1",
+              shape.fsdp, shape.fsdp);
+  return shape;
+}
+
+DeviceMesh::DeviceMesh(Communicator& world, const ParallelSettings& settings)
+    : world_(&world), settings_(settings), shape_(resolve_mesh_shape(settings, world.size())) {
+  const int rank = world.rank();
+  const int dp_index = rank % shape_.dp;
+  const int fsdp_index = rank / shape_.dp;
+  dp_ = world.split(fsdp_index, dp_index);
+  fsdp_ = world.split(dp_index, fsdp_index);
+}
+
+std::string DeviceMesh::describe() const {
+  return fmt::format("world {} = dp {} x fsdp {} x tp {}, ZeRO stage {}{}", world_->size(),
+                     shape_.dp, shape_.fsdp, shape_.tp, settings_.zero_stage,
+                     settings_.offload ? ", optimizer offload" : "");
+}
+
+}  // namespace anvil

@@ -1,0 +1,215 @@
+// Sharded checkpoint files (see sharded_checkpoint.h). Readers map files (SafetensorsFile is
+// zero-copy), so a rank that needs a slice of a tensor touches only that slice's pages.
+#include "parallel/sharded_checkpoint.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace anvil {
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kShardOffsetsKey = "shard_offsets";
+
+std::string optimizer_file_name(int fsdp_index, int fsdp_size) {
+  if (fsdp_size == 1) return "optimizer.safetensors";
+  return fmt::format("optimizer-{:05}-of-{:05}.safetensors", fsdp_index, fsdp_size);
+}
+
+std::vector<std::filesystem::path> optimizer_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("optimizer") && name.ends_with(".safetensors")) {
+      files.push_back(entry.path());
+    }
+  }
+  ANVIL_CHECK(!error, "[checkpoint] {}: cannot list the folder ({})", dir.string(), error.message());
+  ANVIL_CHECK(!files.empty(), "[checkpoint] {}: no optimizer*.safetensors file", dir.string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::vector<int64_t> dims_of(const Shape& shape) {
+  std::vector<int64_t> dims;
+  for (int d = 0; d < shape.rank(); ++d) dims.push_back(shape[d]);
+  return dims;
+}
+
+// Parses "adamw.m.<g>" / "adamw.v.<g>" into (which, group); false for any other name.
+bool parse_moment_name(const std::string& name, int& which, int& group) {
+  if (name.size() < 9 || !name.starts_with("adamw.") || name[7] != '.') return false;
+  if (name[6] != 'm' && name[6] != 'v') return false;
+  which = name[6] == 'm' ? 0 : 1;
+  const char* begin = name.data() + 8;
+  const char* end = name.data() + name.size();
+  const auto [ptr, ec] = std::from_chars(begin, end, group);
+  return ec == std::errc() && ptr == end && group >= 0;
+}
+
+void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
+  const DeviceMesh& mesh = engine.mesh();
+  const bool writer = mesh.data_rank() == 0;
+  // Under stage 3 the writer's fsdp group gathers every group with it.
+  if (!writer && !(engine.zero_stage() == 3 && mesh.dp_index() == 0)) return;
+  const ParameterLayout& layout = engine.model().parameters().layout();
+  std::vector<std::vector<float>> groups(static_cast<size_t>(layout.group_count()));
+  for (int g = 0; g < layout.group_count(); ++g) {
+    groups[static_cast<size_t>(g)].resize(static_cast<size_t>(layout.group_numel(g)));
+    engine.gather_weights(g, groups[static_cast<size_t>(g)].data());
+  }
+  if (!writer) return;
+  SafetensorsWriter file;
+  file.set_metadata("format", "pt");
+  for (const ParameterInfo& p : layout.params()) {
+    file.add(p.name, "F32", dims_of(p.shape), groups[static_cast<size_t>(p.group)].data() + p.offset,
+             static_cast<uint64_t>(p.numel()) * sizeof(float));
+  }
+  file.write(dir / kModelFile);
+}
+
+void write_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
+  const DeviceMesh& mesh = engine.mesh();
+  if (mesh.dp_index() != 0) return;  // dp replicas hold the same shard
+  Backend& backend = engine.model().backend();
+  SafetensorsWriter file;
+  nlohmann::json offsets = nlohmann::json::object();
+  for (int g = 0; g < engine.plan().group_count(); ++g) {
+    for (int which = 0; which < 2; ++which) {
+      const Tensor moment = engine.moment(g, which);
+      if (!moment.defined()) continue;
+      const std::string name = fmt::format("adamw.{}.{}", which == 0 ? 'm' : 'v', g);
+      if (moment.device.is_cpu()) {
+        file.add(name, moment);
+      } else {
+        std::vector<uint8_t> host(moment.nbytes());
+        backend.copy_to_host(host.data(), moment);
+        file.add_copy(name, "F32", dims_of(moment.shape), host);
+      }
+      offsets[std::to_string(g)] = engine.plan().group(g).shard_begin;
+    }
+  }
+  file.set_metadata("step", std::to_string(engine.optimizer_steps()));
+  file.set_metadata(kShardOffsetsKey, offsets.dump());
+  file.set_metadata("fsdp_index", std::to_string(mesh.fsdp_index()));
+  file.set_metadata("fsdp_size", std::to_string(mesh.shape().fsdp));
+  file.write(dir / optimizer_file_name(mesh.fsdp_index(), mesh.shape().fsdp));
+}
+
+}  // namespace
+
+void read_engine_weights(DataParallelEngine& engine, const std::filesystem::path& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  const ParameterLayout& layout = engine.model().parameters().layout();
+  std::vector<float> converted;
+  for (const ParameterInfo& p : layout.params()) {
+    const SafetensorsEntry& entry = file.at(p.name);
+    ANVIL_CHECK(entry.shape == dims_of(p.shape), "[checkpoint] {}: tensor '{}' has shape {}, "
+                "expected {}", path.string(), p.name, format_dims(entry.shape),
+                format_dims(dims_of(p.shape)));
+    const auto [held_begin, held_end] = engine.weight_range(p.group);
+    const int64_t lo = std::max(held_begin, p.offset);
+    const int64_t hi = std::min(held_end, p.offset + p.numel());
+    if (lo >= hi) continue;
+    const float* values = nullptr;
+    if (entry.dtype == "F32") {
+      values = reinterpret_cast<const float*>(entry.data);
+    } else {
+      converted.resize(static_cast<size_t>(p.numel()));
+      entry.read_f32(converted);
+      values = converted.data();
+    }
+    engine.set_weights(p.group, lo, hi - lo, values + (lo - p.offset));
+  }
+}
+
+namespace {
+
+void read_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
+  const ShardPlan& plan = engine.plan();
+  Backend& backend = engine.model().backend();
+  std::vector<std::array<int64_t, 2>> found(static_cast<size_t>(plan.group_count()), {0, 0});
+  for (const std::filesystem::path& path : optimizer_files(dir)) {
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    nlohmann::json offsets = nlohmann::json::object();
+    if (const auto it = file.metadata().find(kShardOffsetsKey); it != file.metadata().end()) {
+      try {
+        offsets = nlohmann::json::parse(it->second);
+      } catch (const nlohmann::json::exception& e) {
+        ANVIL_FAIL("[checkpoint] {}: metadata '{}' is not JSON ({})", path.string(),
+                   kShardOffsetsKey, e.what());
+      }
+    }
+    for (const SafetensorsEntry& entry : file.entries()) {
+      int which = 0, group = 0;
+      if (!parse_moment_name(entry.name, which, group)) continue;
+      ANVIL_CHECK(group < plan.group_count(), "[checkpoint] {}: tensor '{}' names group {} but "
+                  "the model has {} groups", path.string(), entry.name, group, plan.group_count());
+      ANVIL_CHECK(entry.dtype == "F32", "[checkpoint] {}: tensor '{}' is {}, expected F32",
+                  path.string(), entry.name, entry.dtype);
+      const int64_t offset = offsets.value(std::to_string(group), int64_t{0});
+      const GroupShard& s = plan.group(group);
+      ANVIL_CHECK(offset >= 0 && offset + entry.numel() <= s.numel,
+                  "[checkpoint] {}: tensor '{}' covers elements [{}, {}) of a group of {}",
+                  path.string(), entry.name, offset, offset + entry.numel(), s.numel);
+      const int64_t lo = std::max(offset, s.shard_begin);
+      const int64_t hi = std::min(offset + entry.numel(), s.shard_begin + s.shard_length);
+      if (lo >= hi) continue;
+      const Tensor target = engine.moment(group, which).flat(lo - s.shard_begin, hi - lo);
+      backend.copy_from_host(target, entry.data + (lo - offset) * static_cast<int64_t>(sizeof(float)));
+      found[static_cast<size_t>(group)][static_cast<size_t>(which)] += hi - lo;
+    }
+  }
+  for (int g = 0; g < plan.group_count(); ++g) {
+    for (int which = 0; which < 2; ++which) {
+      const int64_t got = found[static_cast<size_t>(g)][static_cast<size_t>(which)];
+      ANVIL_CHECK(got == plan.group(g).shard_length,
+                  "[checkpoint] {}: the optimizer files hold {} of the {} elements of AdamW {} "
+                  "for group {} that this rank needs (missing or overlapping shards)",
+                  dir.string(), got, plan.group(g).shard_length, which == 0 ? "m" : "v", g);
+    }
+  }
+}
+
+}  // namespace
+
+void write_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir) {
+  write_model(engine, dir);
+  write_optimizer(engine, dir);
+}
+
+void read_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir) {
+  read_engine_weights(engine, dir / kModelFile);
+  read_optimizer(engine, dir);
+  engine.set_optimizer_steps(checkpoint_optimizer_step(dir));
+}
+
+int64_t checkpoint_optimizer_step(const std::filesystem::path& dir) {
+  int64_t step = -1;
+  for (const std::filesystem::path& path : optimizer_files(dir)) {
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    const auto it = file.metadata().find("step");
+    ANVIL_CHECK(it != file.metadata().end(), "[checkpoint] {}: no 'step' metadata", path.string());
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
+    ANVIL_CHECK(ec == std::errc() && ptr == it->second.data() + it->second.size() && value >= 0,
+                "[checkpoint] {}: 'step' metadata '{}' is not a step count", path.string(),
+                it->second);
+    ANVIL_CHECK(step < 0 || step == value, "[checkpoint] {}: optimizer files disagree on the step "
+                "({} and {})", dir.string(), step, value);
+    step = value;
+  }
+  return step;
+}
+
+}  // namespace anvil

@@ -1,0 +1,37 @@
+// The engine's part of a checkpoint folder, written by many ranks and readable by any mesh:
+//   model.safetensors               full f32 weights under Hugging Face names (world rank 0,
+//                                   gathered from the shards under stage 3)
+//   optimizer.safetensors           (one fsdp shard) or
+//   optimizer-<f>-of-<N>.safetensors  one file per fsdp shard, written by the shard's dp-0
+//                                   rank: AdamW "adamw.m.<g>" / "adamw.v.<g>" for the part of
+//                                   group g the shard holds; metadata "shard_offsets" (JSON
+//                                   {"<g>": first element}) and "step"
+// dp replicas hold identical state and write nothing twice. Loading works for any world size
+// and stage: each rank maps every optimizer file and copies the slices that overlap what it
+// holds (its shard, or everything), and checks that every element was found exactly once. A
+// file without "shard_offsets" is read as offset 0 (the one-process trainer's format).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "parallel/engine.h"
+
+namespace anvil {
+
+// Writes this rank's files into `dir` (a folder every rank can reach; all files fsynced).
+// Collective over the mesh.
+void write_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir);
+
+// Loads weights, AdamW moments and the optimizer step from a folder written by any mesh;
+// throws "[checkpoint] <file>: ..." on a missing or inconsistent piece. No communication.
+void read_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir);
+
+// Loads only weights, from one safetensors file under Hugging Face names (f32, bf16 or f16),
+// each rank the part it holds (model.init_from).
+void read_engine_weights(DataParallelEngine& engine, const std::filesystem::path& path);
+
+// Returns the optimizer step recorded in a checkpoint folder's optimizer file(s).
+int64_t checkpoint_optimizer_step(const std::filesystem::path& dir);
+
+}  // namespace anvil

@@ -1,0 +1,102 @@
+// Slot bookkeeping (see slot_pool.h). Eviction prefers slots whose content is least recently
+// taken, so a just-gathered group survives until the pass has moved on.
+#include "parallel/slot_pool.h"
+
+#include "core/error.h"
+
+namespace anvil {
+
+SlotPool::SlotPool(Backend& backend, int count, int64_t elements) {
+  slots_.resize(static_cast<size_t>(count));
+  for (Slot& slot : slots_) {
+    slot.buffer = Buffer(backend, static_cast<size_t>(elements) * sizeof(float));
+  }
+}
+
+int64_t SlotPool::bytes() const {
+  int64_t total = 0;
+  for (const Slot& slot : slots_) total += static_cast<int64_t>(slot.buffer.bytes());
+  return total;
+}
+
+Tensor SlotPool::tensor(int s, int64_t elements) const {
+  const Buffer& buffer = slots_[static_cast<size_t>(s)].buffer;
+  ANVIL_CHECK(static_cast<size_t>(elements) * sizeof(float) <= buffer.bytes(),
+              "[parallel] slot of {} bytes cannot hold {} elements", buffer.bytes(), elements);
+  return buffer.as(DType::f32, Shape{elements});
+}
+
+int SlotPool::find(int group) const {
+  for (int s = 0; s < count(); ++s)
+    if (slots_[static_cast<size_t>(s)].group == group) return s;
+  return -1;
+}
+
+int SlotPool::pick(bool allow_waiting) {
+  int best = -1;
+  for (int s = 0; s < count(); ++s) {
+    const Slot& slot = slots_[static_cast<size_t>(s)];
+    if (slot.in_use || slot.pending) continue;
+    if (best < 0 || slot.last_taken < slots_[static_cast<size_t>(best)].last_taken) best = s;
+  }
+  if (best >= 0 || !allow_waiting) return best;
+  int oldest = -1;
+  for (int s = 0; s < count(); ++s) {
+    const Slot& slot = slots_[static_cast<size_t>(s)];
+    if (slot.in_use) continue;
+    if (oldest < 0 || slot.pending_order < slots_[static_cast<size_t>(oldest)].pending_order)
+      oldest = s;
+  }
+  if (oldest >= 0) wait(oldest);
+  return oldest;
+}
+
+int SlotPool::take(int group) {
+  const int s = pick(true);
+  ANVIL_CHECK(s >= 0, "[parallel] every one of the {} slots is in use", count());
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  slot.group = group;
+  slot.last_taken = ++clock_;
+  return s;
+}
+
+int SlotPool::take_without_waiting(int group) {
+  const int s = pick(false);
+  if (s < 0) return s;
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  slot.group = group;
+  slot.last_taken = ++clock_;
+  return s;
+}
+
+void SlotPool::set_pending(int s, std::unique_ptr<CommHandle> handle) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  wait(s);
+  slot.pending = std::move(handle);
+  slot.pending_order = ++clock_;
+}
+
+void SlotPool::wait(int s) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  if (!slot.pending) return;
+  slot.pending->wait();
+  slot.pending.reset();
+}
+
+void SlotPool::poll() {
+  for (Slot& slot : slots_) {
+    if (slot.pending && slot.pending->test()) slot.pending.reset();
+  }
+}
+
+void SlotPool::wait_all() {
+  for (int s = 0; s < count(); ++s) wait(s);
+}
+
+void SlotPool::forget_cached() {
+  for (Slot& slot : slots_) {
+    if (!slot.in_use) slot.group = -1;
+  }
+}
+
+}  // namespace anvil

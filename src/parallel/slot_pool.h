@@ -1,0 +1,69 @@
+// SlotPool: a few buffers, each big enough for the largest parameter group, that hold one
+// group's gathered weights or full gradient at a time (ZeRO stages 2 and 3). A slot is
+//   in use   while the model reads or writes it (between a group's hooks),
+//   pending  while a collective reads or writes it (a prefetch gather, a gradient
+//            reduce-scatter), and
+//   cached   when it still holds a complete copy of its group's weights.
+// A slot is reused only when neither in use nor pending; taking one waits for the oldest
+// pending collective when every free slot is still busy. Choices depend only on the order of
+// calls, which every rank makes identically, so all ranks issue collectives in one order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "core/buffer.h"
+
+namespace anvil {
+
+class SlotPool {
+ public:
+  SlotPool() = default;
+  // Allocates `count` slots of `elements` f32 each (none when count is 0).
+  SlotPool(Backend& backend, int count, int64_t elements);
+
+  int count() const { return static_cast<int>(slots_.size()); }
+  int64_t bytes() const;
+  // Returns the first `elements` of slot s.
+  Tensor tensor(int s, int64_t elements) const;
+  // Returns the slot that holds (or is receiving) `group`, or -1.
+  int find(int group) const;
+  // Returns a slot for `group`, neither in use nor pending, forgetting what it held; waits for
+  // pending collectives (oldest first) when every slot not in use is busy. -1 when all are in
+  // use (a caller bug: the pool is too small).
+  int take(int group);
+  // Like take, but returns -1 instead of waiting.
+  int take_without_waiting(int group);
+
+  void set_in_use(int s, bool in_use) { slots_[static_cast<size_t>(s)].in_use = in_use; }
+  bool in_use(int s) const { return slots_[static_cast<size_t>(s)].in_use; }
+  // Records the collective that now reads or writes slot s.
+  void set_pending(int s, std::unique_ptr<CommHandle> handle);
+  // Waits for slot s's collective, if any.
+  void wait(int s);
+  // Advances every pending collective without blocking.
+  void poll();
+  // Waits for every pending collective.
+  void wait_all();
+  // Forgets every cached group (their contents are stale); slots in use stay assigned.
+  void forget_cached();
+
+ private:
+  struct Slot {
+    Buffer buffer;
+    int group = -1;
+    bool in_use = false;
+    std::unique_ptr<CommHandle> pending;
+    uint64_t pending_order = 0;  // when the pending collective started
+    uint64_t last_taken = 0;
+  };
+  int pick(bool allow_waiting);
+
+  std::vector<Slot> slots_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace anvil

@@ -1,0 +1,159 @@
+// The training configuration: typed sections with defaults, loaded from TOML and then from
+// `--section.key=value` overrides, validated as a whole, and written back out resolved (every
+// key, defaults included) as the run's config.toml. The list of keys is one table
+// (config_fields()); a unit test pins it so the configuration surface only grows deliberately.
+// Unknown sections and keys are errors that name the nearest valid key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace anvil {
+
+struct ModelConfigSection {
+  int64_t dim = 256;
+  int64_t n_layers = 6;
+  int64_t n_heads = 8;
+  int64_t n_kv_heads = 4;
+  int64_t head_dim = 0;  // 0: dim / n_heads
+  int64_t ffn_dim = 704;
+  int64_t vocab_size = 4096;
+  int64_t max_seq_len = 256;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = true;
+  bool attention_bias = false;  // q/k/v projection biases (Qwen2)
+  std::string init_from;        // empty: random initialisation
+};
+
+struct DataConfigSection {
+  std::string path = "data/fortunes";  // shard directory written by `anvil prepare`
+  std::string tokenizer;               // empty: the one named by the data dir's meta.json
+  bool synthetic = false;              // random tokens, no files
+  std::string val_split = "val";
+};
+
+struct TrainingConfigSection {
+  int64_t steps = 400;
+  int64_t batch_size = 8;  // sequences per micro-batch
+  int64_t seq_len = 128;
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  std::string dtype = "f32";
+  bool activation_checkpointing = false;
+  bool doc_mask = false;
+  int64_t seed = 1337;
+  int64_t eval_every = 100;  // 0: evaluate only at the end
+  int64_t eval_steps = 20;   // batches per evaluation
+};
+
+struct OptimizerConfigSection {
+  double lr = 2e-3;
+  double min_lr = 2e-4;
+  std::string schedule = "cosine";
+  int64_t warmup_steps = 20;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // <= 0 disables clipping
+  bool decay_embeddings = false;
+  double wsd_decay_fraction = 0.2;
+};
+
+struct ParallelConfigSection {
+  int64_t dp = 1;
+  int64_t fsdp = 1;
+  int64_t tp = 1;
+  int64_t zero_stage = 0;
+  bool offload = false;
+};
+
+struct CheckpointConfigSection {
+  int64_t every = 200;  // 0: only at the end (and on SIGINT/SIGTERM)
+  int64_t keep = 3;
+};
+
+struct LoraConfigSection {
+  int64_t r = 0;  // 0: no adapters
+  double alpha = 16.0;
+  double dropout = 0.0;
+  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+};
+
+struct EvalConfigSection {
+  int64_t batch_size = 0;  // 0: training.batch_size
+};
+
+struct LoggingConfigSection {
+  int64_t every = 10;  // plain progress lines every N steps when stdout is not a terminal
+  bool json = false;   // last stdout line is a JSON summary
+};
+
+// The defaults are the `tiny` demo preset (configs/tiny.toml): `anvil train` with no
+// arguments trains exactly this.
+struct TrainConfig {
+  ModelConfigSection model;
+  DataConfigSection data;
+  TrainingConfigSection training;
+  OptimizerConfigSection optimizer;
+  ParallelConfigSection parallel;
+  CheckpointConfigSection checkpoint;
+  LoraConfigSection lora;
+  EvalConfigSection eval;
+  LoggingConfigSection logging;
+};
+
+// A pointer to one field of a TrainConfig; its alternative is the field's value type.
+using ConfigFieldRef =
+    std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+
+// One configuration key: where it lives and what it means.
+struct ConfigField {
+  std::string_view section;
+  std::string_view key;
+  std::string_view help;
+  ConfigFieldRef (*ref)(TrainConfig&);
+
+  // Returns "section.key".
+  std::string full_name() const;
+};
+
+// Returns every key, grouped by section in the order sections appear in config.toml.
+const std::vector<ConfigField>& config_fields();
+// Returns the section names in order.
+const std::vector<std::string_view>& config_sections();
+
+// Applies a TOML document (text, parsed as from file `source_name`) on top of `config`.
+void apply_config_toml(TrainConfig& config, std::string_view text, const std::string& source_name);
+// Applies the TOML file at `path` on top of `config`; errors name the file.
+void apply_config_file(TrainConfig& config, const std::string& path);
+// Applies one override: `name` is "section.key", `value` the text after '=' on the command line.
+void apply_config_override(TrainConfig& config, std::string_view name, std::string_view value);
+
+// One `--section.key=value` (or `--section.key value`) argument.
+struct ConfigOverride {
+  std::string name;
+  std::string value;
+};
+
+// Removes every `--section.key[=value]` argument from `args` and returns them in order. A
+// dotted flag without '=' takes the next argument as its value unless that starts with "--"
+// or is absent, in which case the value is "true" (so `--data.synthetic` works).
+std::vector<ConfigOverride> extract_config_overrides(std::vector<std::string>& args);
+
+// Checks ranges and cross-key constraints; throws naming the key at fault.
+void validate_config(const TrainConfig& config);
+
+// Returns one field's value as TOML text ("256", "true", "\"cosine\"").
+std::string config_value_text(TrainConfig& config, const ConfigField& field);
+
+// Returns the resolved configuration as TOML: every key, with round-trip exact numbers.
+std::string config_to_toml(const TrainConfig& config);
+
+// Returns the valid name closest to `wanted` by edit distance (empty when `candidates` is).
+std::string closest_name(std::string_view wanted, const std::vector<std::string>& candidates);
+
+}  // namespace anvil

@@ -1,0 +1,88 @@
+// The table of configuration keys. This is the whole configuration surface of `anvil train`:
+// adding a key means adding a struct field (config.h), one row here, one row in
+// docs/training.md and one name in tests/train/config_test.cpp's pinned list.
+#include <fmt/format.h>
+
+#include "train/config.h"
+
+namespace anvil {
+
+// One row: the field's section and key names come from the member path itself, so a row can
+// never name a field other than the one it points at.
+#define ANVIL_CONFIG_FIELD(section, key, help)                                   \
+  ConfigField {                                                                  \
+    #section, #key, help, [](TrainConfig& c) -> ConfigFieldRef {                 \
+      return &c.section.key;                                                     \
+    }                                                                            \
+  }
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> fields = {
+      ANVIL_CONFIG_FIELD(model, dim, "hidden size"),
+      ANVIL_CONFIG_FIELD(model, n_layers, "transformer blocks"),
+      ANVIL_CONFIG_FIELD(model, n_heads, "attention (query) heads"),
+      ANVIL_CONFIG_FIELD(model, n_kv_heads, "key/value heads (GQA); divides n_heads"),
+      ANVIL_CONFIG_FIELD(model, head_dim, "per-head width (0: dim / n_heads)"),
+      ANVIL_CONFIG_FIELD(model, ffn_dim, "SwiGLU intermediate size"),
+      ANVIL_CONFIG_FIELD(model, vocab_size, "vocabulary size (>= the tokenizer's)"),
+      ANVIL_CONFIG_FIELD(model, max_seq_len, "longest sequence the model supports"),
+      ANVIL_CONFIG_FIELD(model, rope_theta, "RoPE base frequency"),
+      ANVIL_CONFIG_FIELD(model, norm_eps, "RMSNorm epsilon"),
+      ANVIL_CONFIG_FIELD(model, tie_embeddings, "share the embedding table with lm_head"),
+      ANVIL_CONFIG_FIELD(model, attention_bias, "q/k/v projection biases (Qwen2)"),
+      ANVIL_CONFIG_FIELD(model, init_from, "HF model dir or checkpoint to start from"),
+      ANVIL_CONFIG_FIELD(data, path, "token shard directory (from `anvil prepare`)"),
+      ANVIL_CONFIG_FIELD(data, tokenizer, "tokenizer.json, checked against the data's"),
+      ANVIL_CONFIG_FIELD(data, synthetic, "train on random tokens, no files"),
+      ANVIL_CONFIG_FIELD(data, val_split, "split used for evaluation"),
+      ANVIL_CONFIG_FIELD(training, steps, "optimizer steps"),
+      ANVIL_CONFIG_FIELD(training, batch_size, "sequences per micro-batch"),
+      ANVIL_CONFIG_FIELD(training, seq_len, "tokens per sequence"),
+      ANVIL_CONFIG_FIELD(training, grad_accum, "micro-batches per optimizer step"),
+      ANVIL_CONFIG_FIELD(training, dtype, "compute dtype: f32 or bf16"),
+      ANVIL_CONFIG_FIELD(training, activation_checkpointing, "recompute blocks in backward"),
+      ANVIL_CONFIG_FIELD(training, doc_mask, "attend only within a document"),
+      ANVIL_CONFIG_FIELD(training, seed, "seed for weights and data order"),
+      ANVIL_CONFIG_FIELD(training, eval_every, "evaluate every N steps (0: only at the end)"),
+      ANVIL_CONFIG_FIELD(training, eval_steps, "validation batches per evaluation"),
+      ANVIL_CONFIG_FIELD(optimizer, lr, "peak learning rate"),
+      ANVIL_CONFIG_FIELD(optimizer, min_lr, "final learning rate of decaying schedules"),
+      ANVIL_CONFIG_FIELD(optimizer, schedule, "cosine, linear, constant or wsd"),
+      ANVIL_CONFIG_FIELD(optimizer, warmup_steps, "linear warmup steps"),
+      ANVIL_CONFIG_FIELD(optimizer, weight_decay, "decoupled weight decay (matrices only)"),
+      ANVIL_CONFIG_FIELD(optimizer, beta1, "AdamW beta1"),
+      ANVIL_CONFIG_FIELD(optimizer, beta2, "AdamW beta2"),
+      ANVIL_CONFIG_FIELD(optimizer, eps, "AdamW epsilon"),
+      ANVIL_CONFIG_FIELD(optimizer, grad_clip, "global gradient-norm clip (<= 0: off)"),
+      ANVIL_CONFIG_FIELD(optimizer, decay_embeddings, "apply weight decay to embeddings"),
+      ANVIL_CONFIG_FIELD(optimizer, wsd_decay_fraction, "wsd: fraction of steps that decay"),
+      ANVIL_CONFIG_FIELD(parallel, dp, "data-parallel replicas"),
+      ANVIL_CONFIG_FIELD(parallel, fsdp, "fully sharded data-parallel ranks"),
+      ANVIL_CONFIG_FIELD(parallel, tp, "tensor-parallel ranks"),
+      ANVIL_CONFIG_FIELD(parallel, zero_stage, "ZeRO stage 0-3 on the fsdp axis"),
+      ANVIL_CONFIG_FIELD(parallel, offload, "keep optimizer state on the host"),
+      ANVIL_CONFIG_FIELD(checkpoint, every, "checkpoint every N steps (0: only at the end)"),
+      ANVIL_CONFIG_FIELD(checkpoint, keep, "committed checkpoints to keep"),
+      ANVIL_CONFIG_FIELD(lora, r, "adapter rank (0: no LoRA)"),
+      ANVIL_CONFIG_FIELD(lora, alpha, "adapter scale numerator (scale = alpha / r)"),
+      ANVIL_CONFIG_FIELD(lora, dropout, "adapter input dropout"),
+      ANVIL_CONFIG_FIELD(lora, targets, "modules that get adapters"),
+      ANVIL_CONFIG_FIELD(eval, batch_size, "sequences per eval batch (0: training.batch_size)"),
+      ANVIL_CONFIG_FIELD(logging, every, "plain progress line every N steps"),
+      ANVIL_CONFIG_FIELD(logging, json, "print a JSON summary as the last stdout line"),
+  };
+  return fields;
+}
+
+#undef ANVIL_CONFIG_FIELD
+
+const std::vector<std::string_view>& config_sections() {
+  static const std::vector<std::string_view> sections = {"model",     "data",     "training",
+                                                         "optimizer", "parallel", "checkpoint",
+                                                         "lora",      "eval",     "logging"};
+  return sections;
+}
+
+std::string ConfigField::full_name() const { return fmt::format("{}.{}", section, key); }
+
+}  // namespace anvil

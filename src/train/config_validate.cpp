@@ -1,0 +1,112 @@
+// Whole-config validation. It checks each value's range and
+// the constraints between keys (heads divide the width, seq_len fits max_seq_len, ...), and
+// names the key at fault so the user knows which line or flag to fix.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "optim/lr_schedule.h"
+#include "train/config.h"
+
+namespace anvil {
+namespace {
+
+void check_positive(int64_t value, std::string_view name) {
+  ANVIL_CHECK(value > 0, "[config] {} must be > 0, got {}", name, value);
+}
+
+void check_non_negative(int64_t value, std::string_view name) {
+  ANVIL_CHECK(value >= 0, "[config] {} must be >= 0, got {}", name, value);
+}
+
+void validate_model(const ModelConfigSection& model) {
+  check_positive(model.dim, "model.dim");
+  check_positive(model.n_layers, "model.n_layers");
+  check_positive(model.n_heads, "model.n_heads");
+  check_positive(model.n_kv_heads, "model.n_kv_heads");
+  check_positive(model.ffn_dim, "model.ffn_dim");
+  check_positive(model.vocab_size, "model.vocab_size");
+  check_positive(model.max_seq_len, "model.max_seq_len");
+  check_non_negative(model.head_dim, "model.head_dim");
+  ANVIL_CHECK(model.head_dim > 0 || model.dim % model.n_heads == 0,
+              "[config] model.dim ({}) must be a multiple of model.n_heads ({}) unless "
+              "model.head_dim is set",
+              model.dim, model.n_heads);
+  const int64_t head_dim = model.head_dim > 0 ? model.head_dim : model.dim / model.n_heads;
+  ANVIL_CHECK(head_dim % 2 == 0, "[config] the head dimension ({}) must be even for RoPE",
+              head_dim);
+  ANVIL_CHECK(model.n_heads % model.n_kv_heads == 0,
+              "[config] model.n_heads ({}) must be a multiple of model.n_kv_heads ({})",
+              model.n_heads, model.n_kv_heads);
+  ANVIL_CHECK(model.rope_theta > 0, "[config] model.rope_theta must be > 0, got {}",
+              model.rope_theta);
+  ANVIL_CHECK(model.norm_eps > 0, "[config] model.norm_eps must be > 0, got {}", model.norm_eps);
+}
+
+void validate_training(const TrainConfig& config) {
+  const TrainingConfigSection& training = config.training;
+  check_positive(training.steps, "training.steps");
+  check_positive(training.batch_size, "training.batch_size");
+  check_positive(training.seq_len, "training.seq_len");
+  check_positive(training.grad_accum, "training.grad_accum");
+  check_non_negative(training.seed, "training.seed");
+  check_non_negative(training.eval_every, "training.eval_every");
+  check_non_negative(training.eval_steps, "training.eval_steps");
+  ANVIL_CHECK(training.seq_len <= config.model.max_seq_len,
+              "[config] training.seq_len ({}) exceeds model.max_seq_len ({})", training.seq_len,
+              config.model.max_seq_len);
+  ANVIL_CHECK(training.dtype == "f32" || training.dtype == "bf16",
+              "[config] training.dtype must be f32 or bf16, got '{}'", training.dtype);
+}
+
+void validate_optimizer(const OptimizerConfigSection& optimizer) {
+  ANVIL_CHECK(optimizer.lr > 0, "[config] optimizer.lr must be > 0, got {}", optimizer.lr);
+  ANVIL_CHECK(optimizer.min_lr >= 0 && optimizer.min_lr <= optimizer.lr,
+              "[config] optimizer.min_lr must be in [0, optimizer.lr = {}], got {}", optimizer.lr,
+              optimizer.min_lr);
+  const auto names = lr_schedule_kind_names();
+  ANVIL_CHECK(std::find(names.begin(), names.end(), optimizer.schedule) != names.end(),
+              "[config] optimizer.schedule must be one of {}, got '{}' (did you mean '{}'?)",
+              fmt::join(names, ", "), optimizer.schedule, closest_name(optimizer.schedule, names));
+  check_non_negative(optimizer.warmup_steps, "optimizer.warmup_steps");
+  ANVIL_CHECK(optimizer.weight_decay >= 0, "[config] optimizer.weight_decay must be >= 0, got {}",
+              optimizer.weight_decay);
+  ANVIL_CHECK(optimizer.beta1 >= 0 && optimizer.beta1 < 1,
+              "[config] optimizer.beta1 must be in [0, 1), got {}", optimizer.beta1);
+  ANVIL_CHECK(optimizer.beta2 >= 0 && optimizer.beta2 < 1,
+              "[config] optimizer.beta2 must be in [0, 1), got {}", optimizer.beta2);
+  ANVIL_CHECK(optimizer.eps > 0, "[config] optimizer.eps must be > 0, got {}", optimizer.eps);
+  ANVIL_CHECK(optimizer.wsd_decay_fraction >= 0 && optimizer.wsd_decay_fraction <= 1,
+              "[config] optimizer.wsd_decay_fraction must be in [0, 1], got {}",
+              optimizer.wsd_decay_fraction);
+}
+
+void validate_rest(const TrainConfig& config) {
+  check_positive(config.parallel.dp, "parallel.dp");
+  check_positive(config.parallel.fsdp, "parallel.fsdp");
+  check_positive(config.parallel.tp, "parallel.tp");
+  ANVIL_CHECK(config.parallel.zero_stage >= 0 && config.parallel.zero_stage <= 3,
+              "[config] parallel.zero_stage must be 0, 1, 2 or 3, got {}",
+              config.parallel.zero_stage);
+  check_non_negative(config.checkpoint.every, "checkpoint.every");
+  check_positive(config.checkpoint.keep, "checkpoint.keep");
+  check_non_negative(config.lora.r, "lora.r");
+  ANVIL_CHECK(config.lora.alpha > 0, "[config] lora.alpha must be > 0, got {}", config.lora.alpha);
+  ANVIL_CHECK(config.lora.dropout >= 0 && config.lora.dropout < 1,
+              "[config] lora.dropout must be in [0, 1), got {}", config.lora.dropout);
+  check_non_negative(config.eval.batch_size, "eval.batch_size");
+  check_positive(config.logging.every, "logging.every");
+}
+
+}  // namespace
+
+void validate_config(const TrainConfig& config) {
+  validate_model(config.model);
+  validate_training(config);
+  validate_optimizer(config.optimizer);
+  validate_rest(config);
+}
+
+}  // namespace anvil

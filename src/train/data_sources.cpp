@@ -1,0 +1,105 @@
+// Opening training and validation data. Synthetic data draws training samples from the seed
+// and validation samples from a different, fixed derivation of it, so evaluation never scores
+// a sample the model trained on. Real data is validated against the model before any step.
+#include "train/data_sources.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/dataloader.h"
+#include "data/random.h"
+#include "data/shard_format.h"
+#include "data/synthetic.h"
+#include "tokenizer/tokenizer.h"
+
+namespace anvil {
+namespace {
+
+// Seed offset for synthetic validation samples ("val" in ASCII).
+constexpr uint64_t kSyntheticValStream = 0x76616c;
+
+void check_dataset_folder(const TrainConfig& config) {
+  const std::string& dir = config.data.path;
+  const auto first_part = std::filesystem::path(dir) / shard_file_name("train", 0);
+  ANVIL_CHECK(std::filesystem::exists(first_part),
+              "[train] no training data in '{}' (expected {}); create it with: {}  "
+              "(or train on random tokens with --data.synthetic=true)",
+              dir, first_part.string(), prepare_command_for(dir));
+}
+
+}  // namespace
+
+int64_t eval_batch_size(const TrainConfig& config) {
+  return config.eval.batch_size > 0 ? config.eval.batch_size : config.training.batch_size;
+}
+
+std::string prepare_command_for(const std::string& dir) {
+  return fmt::format(
+      "anvil tokenizer train --input <text files> --vocab-size 4096 --out tokenizer.json && "
+      "anvil prepare --input <text files> --tokenizer tokenizer.json --out {}",
+      dir);
+}
+
+TrainingData open_training_data(const TrainConfig& config) {
+  const int seq_len = static_cast<int>(config.training.seq_len);
+  const auto seed = static_cast<uint64_t>(config.training.seed);
+  const int64_t eval_samples_wanted = config.training.eval_steps * eval_batch_size(config);
+  TrainingData data;
+  data.stream.seed = seed;
+  data.stream.seq_len = seq_len;
+  if (config.data.synthetic) {
+    const auto vocab = static_cast<int32_t>(config.model.vocab_size);
+    data.train = std::make_unique<SyntheticData>(vocab, seq_len, seed);
+    if (eval_samples_wanted > 0) {
+      data.val = std::make_unique<SyntheticData>(vocab, seq_len,
+                                                 data::hash_pair(seed, kSyntheticValStream));
+      data.val_samples = eval_samples_wanted;
+    }
+    data.stream.split = "synthetic";
+    data.description = fmt::format("synthetic random tokens (vocab {}, seed {})", vocab, seed);
+    return data;
+  }
+
+  check_dataset_folder(config);
+  auto train = std::make_unique<DataLoader>(config.data.path, "train", seq_len, seed, true);
+  ANVIL_CHECK(train->vocab_size() <= config.model.vocab_size,
+              "[train] the data in '{}' uses a {}-token vocabulary but model.vocab_size is {}; "
+              "set --model.vocab_size={} (or more)",
+              config.data.path, train->vocab_size(), config.model.vocab_size, train->vocab_size());
+  if (!config.data.tokenizer.empty()) {
+    const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(config.data.tokenizer);
+    ANVIL_CHECK(tokenizer->fingerprint() == train->tokenizer_fingerprint(),
+                "[train] data.tokenizer {} (fingerprint {}) is not the tokenizer the data in "
+                "'{}' was prepared with (fingerprint {})",
+                config.data.tokenizer, tokenizer->fingerprint(), config.data.path,
+                train->tokenizer_fingerprint());
+  }
+  data.stream.split = "train";
+  data.stream.tokenizer_fingerprint = train->tokenizer_fingerprint();
+  data.description =
+      fmt::format("'{}': {} training tokens, {} windows of {} per epoch", config.data.path,
+                  train->token_count(), train->windows_per_epoch(), seq_len);
+  if (eval_samples_wanted > 0) {
+    std::unique_ptr<DataLoader> val;
+    try {
+      val = std::make_unique<DataLoader>(config.data.path, config.data.val_split, seq_len, seed,
+                                         false);
+    } catch (const Error& e) {
+      ANVIL_FAIL(
+          "{} (evaluation needs the '{}' split; set --training.eval_steps=0 to train "
+          "without it)",
+          e.what(), config.data.val_split);
+    }
+    data.val_samples = std::min<int64_t>(eval_samples_wanted, val->eval_windows());
+    data.description +=
+        fmt::format("; validation '{}': {} windows", config.data.val_split, data.val_samples);
+    data.val = std::move(val);
+  }
+  data.train = std::move(train);
+  return data;
+}
+
+}  // namespace anvil

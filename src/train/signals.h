@@ -1,0 +1,24 @@
+// Graceful stop on SIGINT and SIGTERM. The first signal only raises a flag: the trainer
+// finishes the step in flight, writes a checkpoint and exits 0 with the command that resumes.
+// A second signal restores the default action and re-raises it, so an impatient Ctrl-C still
+// kills the process at once (the last committed checkpoint stays valid).
+#pragma once
+
+namespace anvil {
+
+// Installs the handlers for the lifetime of the returned guard; restores the previous ones
+// when it is destroyed.
+class StopSignalGuard {
+ public:
+  StopSignalGuard();
+  ~StopSignalGuard();
+  StopSignalGuard(const StopSignalGuard&) = delete;
+  StopSignalGuard& operator=(const StopSignalGuard&) = delete;
+
+  // Returns true once SIGINT or SIGTERM has arrived.
+  static bool stop_requested();
+  // Returns the number of the first signal received (0 when none).
+  static int signal_number();
+};
+
+}  // namespace anvil

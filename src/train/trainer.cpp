@@ -1,0 +1,411 @@
+// The training loop (see trainer.h). A step: fill the whole global batch on the host, count
+// its trained target tokens N, run every micro-batch's forward/backward with gradient scale
+// 1/N (gradients accumulate), take the global gradient norm, clip, and apply AdamW at the
+// scheduled rate. Nothing in a step depends on wall time or on anything outside the
+// checkpointed state, so a resumed run repeats the uninterrupted one bit for bit.
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/threading.h"
+#include "model/hf_checkpoint.h"
+#include "model/hf_config.h"
+#include "optim/lr_schedule.h"
+#include "train/checkpointing.h"
+#include "train/data_sources.h"
+#include "train/metrics.h"
+#include "train/model_setup.h"
+#include "train/progress.h"
+#include "train/run_dir.h"
+#include "train/signals.h"
+
+namespace anvil {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point begin, Clock::time_point end) {
+  return std::chrono::duration<double>(end - begin).count();
+}
+
+// Steps of each process run left out of the steady-state throughput (start-up effects).
+constexpr int64_t kThroughputWarmupSteps = 2;
+
+// Host memory for `rows` samples of `seq` positions, viewed as micro-batches.
+class HostBatch {
+ public:
+  HostBatch(int64_t rows, int seq, bool with_doc_ids)
+      : seq_(seq),
+        tokens_(static_cast<size_t>(rows) * seq),
+        targets_(tokens_.size()),
+        loss_mask_(tokens_.size()),
+        doc_ids_(with_doc_ids ? tokens_.size() : 0) {}
+
+  // Fills rows [0, count) with samples [first, first + count) of `source`.
+  void fill(SampleSource& source, int64_t first, int count) {
+    const Shape shape{count, seq_};
+    const Tensor doc_ids(doc_ids_.data(), DType::i32, shape);
+    const Tensor loss_mask(loss_mask_.data(), DType::f32, shape);
+    source.fill(first, count, Tensor(tokens_.data(), DType::i32, shape),
+                Tensor(targets_.data(), DType::i32, shape), doc_ids_.empty() ? nullptr : &doc_ids,
+                &loss_mask);
+  }
+
+  // Points `views` at rows [row, row + count) and returns the Batch that reads them.
+  struct Views {
+    Tensor tokens, targets, loss_mask, doc_ids;
+  };
+  Batch micro_batch(int64_t row, int count, Views& views) {
+    const size_t offset = static_cast<size_t>(row) * seq_;
+    const Shape shape{count, seq_};
+    views.tokens = Tensor(tokens_.data() + offset, DType::i32, shape);
+    views.targets = Tensor(targets_.data() + offset, DType::i32, shape);
+    views.loss_mask = Tensor(loss_mask_.data() + offset, DType::f32, shape);
+    Batch batch{views.tokens, views.targets, &views.loss_mask, nullptr};
+    if (!doc_ids_.empty()) {
+      views.doc_ids = Tensor(doc_ids_.data() + offset, DType::i32, shape);
+      batch.doc_ids = &views.doc_ids;
+    }
+    return batch;
+  }
+
+ private:
+  int seq_;
+  std::vector<int32_t> tokens_;
+  std::vector<int32_t> targets_;
+  std::vector<float> loss_mask_;
+  std::vector<int32_t> doc_ids_;
+};
+
+struct StepOutcome {
+  double loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainRunOptions& options);
+  TrainResult run();
+
+ private:
+  void start_or_resume();
+  void load_initial_weights();
+  StepOutcome train_step(int64_t step);
+  EvalRecord evaluate(int64_t step);
+  void save_checkpoint();
+  void log_resume_config_changes(const std::string& saved_config_toml);
+
+  const TrainRunOptions& options_;
+  const TrainConfig& config_;
+  RunDir run_;
+  std::unique_ptr<Backend> backend_;
+  TrainingData data_;
+  LlamaConfig llama_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  LrSchedule schedule_;
+  CheckpointStore store_;
+  TrainProgress progress_;
+  ProgressPrinter printer_;
+  int micro_batch_;
+  int grad_accum_;
+  int seq_len_;
+  int eval_batch_size_;
+  HostBatch train_batch_;
+  HostBatch eval_batch_;
+  int64_t last_saved_step_ = -1;
+  std::filesystem::path last_checkpoint_;
+  Clock::time_point run_start_ = Clock::now();
+};
+
+Trainer::Trainer(const TrainRunOptions& options)
+    : options_(options),
+      config_(options.config),
+      run_{options.run_dir},
+      backend_(make_backend(options.backend)),
+      data_(open_training_data(options.config)),
+      llama_(llama_config_from(options.config.model)),
+      store_(run_.checkpoints_dir(), static_cast<int>(options.config.checkpoint.keep)),
+      printer_(stdout_is_terminal(), options.config.logging.every),
+      micro_batch_(static_cast<int>(options.config.training.batch_size)),
+      grad_accum_(static_cast<int>(options.config.training.grad_accum)),
+      seq_len_(static_cast<int>(options.config.training.seq_len)),
+      eval_batch_size_(static_cast<int>(eval_batch_size(options.config))),
+      train_batch_(int64_t{micro_batch_} * grad_accum_, seq_len_, options.config.training.doc_mask),
+      eval_batch_(eval_batch_size_, seq_len_, options.config.training.doc_mask) {
+  ANVIL_CHECK(config_.parallel.dp * config_.parallel.fsdp * config_.parallel.tp == 1 &&
+                  config_.parallel.zero_stage == 0 && !config_.parallel.offload,
+              "[train] the [parallel] settings need a multi-process launch, which anvil train "
+              "does not support yet; leave parallel.* at their defaults");
+  ANVIL_CHECK(config_.lora.r == 0,
+              "[train] lora.r = {} asks for LoRA adapters; anvil train pretrains full weights "
+              "(set lora.r = 0)",
+              config_.lora.r);
+  ModelOptions model_options;
+  model_options.max_batch = std::max(micro_batch_, eval_batch_size_);
+  model_options.max_seq = seq_len_;
+  model_options.compute_dtype = parse_dtype(config_.training.dtype);
+  model_options.activation_checkpointing = config_.training.activation_checkpointing;
+  model_options.decay_embeddings = config_.optimizer.decay_embeddings;
+  model_ = std::make_unique<LlamaModel>(llama_, *backend_, model_options);
+  optimizer_ = std::make_unique<AdamW>(*backend_, optimizer_groups_for(*model_),
+                                       adamw_hyper_params_from(config_.optimizer));
+  schedule_.kind = parse_lr_schedule_kind(config_.optimizer.schedule);
+  schedule_.peak_lr = config_.optimizer.lr;
+  schedule_.min_lr = config_.optimizer.min_lr;
+  schedule_.warmup_steps = config_.optimizer.warmup_steps;
+  schedule_.total_steps = config_.training.steps;
+  schedule_.wsd_decay_fraction = config_.optimizer.wsd_decay_fraction;
+}
+
+void Trainer::log_resume_config_changes(const std::string& saved_config_toml) {
+  TrainConfig saved;
+  apply_config_toml(saved, saved_config_toml, "checkpoint config.toml");
+  TrainConfig current = config_;
+  std::vector<std::string> changed;
+  for (const ConfigField& field : config_fields()) {
+    TrainConfig one = saved;
+    std::visit(
+        [&](auto* saved_value) {
+          using T = std::remove_pointer_t<decltype(saved_value)>;
+          if (*saved_value != *std::get<T*>(field.ref(current)))
+            changed.push_back(field.full_name());
+        },
+        field.ref(one));
+  }
+  if (!changed.empty()) {
+    log_warn("resuming with a configuration that differs from the checkpoint's in: {}",
+             fmt::join(changed, ", "));
+  }
+}
+
+void Trainer::load_initial_weights() {
+  if (config_.model.init_from.empty()) {
+    model_->init_weights(static_cast<uint64_t>(config_.training.seed));
+    return;
+  }
+  const std::filesystem::path source = config_.model.init_from;
+  if (std::filesystem::exists(source / "config.json")) {
+    // A Hugging Face directory, or an anvil checkpoint (which carries a config.json too).
+    const LlamaConfig theirs = llama_config_from_hf_json(source);
+    ANVIL_CHECK(theirs.summary() == llama_.summary(),
+                "[train] model.init_from {} holds a model with {}, but the [model] section "
+                "describes {}; make them agree",
+                source.string(), theirs.summary(), llama_.summary());
+    load_hf_weights(open_hf_tensors(source), *model_);
+  } else {
+    ANVIL_CHECK(std::filesystem::is_regular_file(source),
+                "[train] model.init_from: {} is neither a Hugging Face model folder "
+                "(config.json + safetensors) nor a .safetensors file",
+                source.string());
+    read_model_safetensors(*model_, source);
+  }
+  printer_.message(fmt::format("initialised weights from {}", source.string()));
+}
+
+void Trainer::start_or_resume() {
+  create_run_dir(run_.root);
+  const std::optional<std::filesystem::path> checkpoint =
+      select_resume_checkpoint(options_.resume, store_);
+  if (checkpoint) {
+    log_resume_config_changes(read_checkpoint_config(*checkpoint));
+    progress_ = load_checkpoint(*checkpoint, *model_, *optimizer_);
+    progress_.cursor.check_resumable_with(data_.stream);
+    ANVIL_CHECK(progress_.step <= config_.training.steps,
+                "[train] checkpoint {} is at step {}, past training.steps = {}",
+                checkpoint->string(), progress_.step, config_.training.steps);
+    last_saved_step_ = progress_.step;
+    last_checkpoint_ = *checkpoint;
+    printer_.message(fmt::format("resumed from {} (step {}, sample {})", checkpoint->string(),
+                                 progress_.step, progress_.cursor.next_sample));
+  } else {
+    ANVIL_CHECK(options_.resume != "never" || !store_.latest_valid(),
+                "[train] run directory {} already holds checkpoints; continue it with "
+                "--resume auto, or choose another --run-dir",
+                run_.root.string());
+    load_initial_weights();
+    progress_ = TrainProgress{};
+    progress_.cursor = data_.stream;
+  }
+  write_run_config(run_, config_);
+}
+
+StepOutcome Trainer::train_step(int64_t step) {
+  const Clock::time_point begin = Clock::now();
+  const int global_rows = micro_batch_ * grad_accum_;
+  train_batch_.fill(*data_.train, progress_.cursor.next_sample, global_rows);
+
+  // The loss of a step is sum(token losses) / N over the whole global batch, so each
+  // micro-batch's gradient is scaled by 1/N with N counted before any backward runs.
+  std::vector<HostBatch::Views> views(static_cast<size_t>(grad_accum_));
+  std::vector<Batch> micro_batches;
+  int64_t counted = 0;
+  for (int m = 0; m < grad_accum_; ++m) {
+    micro_batches.push_back(train_batch_.micro_batch(int64_t{m} * micro_batch_, micro_batch_,
+                                                     views[static_cast<size_t>(m)]));
+    counted += model_->count_loss_tokens(micro_batches.back());
+  }
+  ANVIL_CHECK(counted > 0, "[train] step {}: the global batch has no trained target tokens", step);
+  model_->gradients().zero();
+  const float grad_scale = static_cast<float>(1.0 / static_cast<double>(counted));
+  LossSum loss;
+  for (const Batch& batch : micro_batches) loss += model_->forward_backward(batch, grad_scale);
+
+  StepOutcome outcome;
+  outcome.loss = loss.mean();
+  outcome.grad_norm = global_grad_norm(*backend_, optimizer_->groups());
+  ANVIL_CHECK(std::isfinite(outcome.grad_norm) && std::isfinite(outcome.loss),
+              "[train] step {}: loss {} / gradient norm {} is not finite; lower optimizer.lr "
+              "or set optimizer.grad_clip, then resume from the last checkpoint",
+              step, outcome.loss, outcome.grad_norm);
+  outcome.lr = schedule_.lr_at(step);
+  optimizer_->step(outcome.lr, clip_coefficient(outcome.grad_norm, config_.optimizer.grad_clip));
+  backend_->synchronize();
+
+  progress_.step = step;
+  progress_.cursor.next_sample += global_rows;
+  progress_.tokens_seen += int64_t{global_rows} * seq_len_;
+  outcome.seconds = seconds_between(begin, Clock::now());
+  progress_.train_seconds += outcome.seconds;
+  return outcome;
+}
+
+EvalRecord Trainer::evaluate(int64_t step) {
+  LossSum total;
+  for (int64_t first = 0; first < data_.val_samples; first += eval_batch_size_) {
+    const int count =
+        static_cast<int>(std::min<int64_t>(eval_batch_size_, data_.val_samples - first));
+    eval_batch_.fill(*data_.val, first, count);
+    HostBatch::Views views;
+    total += model_->forward_loss(eval_batch_.micro_batch(0, count, views));
+  }
+  EvalRecord record;
+  record.step = step;
+  record.loss = total.mean();
+  record.perplexity = std::exp(record.loss);
+  record.tokens = total.count;
+  record.elapsed_s = seconds_between(run_start_, Clock::now());
+  printer_.message(fmt::format("eval step {}: val loss {:.4f} | ppl {:.2f} | {} tokens", step,
+                               record.loss, record.perplexity, record.tokens));
+  return record;
+}
+
+void Trainer::save_checkpoint() {
+  const Clock::time_point begin = Clock::now();
+  last_checkpoint_ = store_.save(*model_, *optimizer_, progress_, config_);
+  last_saved_step_ = progress_.step;
+  printer_.message(fmt::format("checkpoint {} ({:.1f} s)", last_checkpoint_.string(),
+                               seconds_between(begin, Clock::now())));
+}
+
+TrainResult Trainer::run() {
+  start_or_resume();
+  MetricsWriter metrics(run_.metrics_path(), last_saved_step_);
+  const int64_t total_steps = config_.training.steps;
+  const int64_t tokens_per_step = int64_t{micro_batch_} * grad_accum_ * seq_len_;
+  TrainResult result;
+  result.run_dir = run_.root;
+  result.flops_per_token = llama_.flops_per_token(seq_len_);
+  printer_.message(fmt::format("run {} | backend {} | {} threads", run_.root.string(),
+                               backend_->name(), num_threads()));
+  printer_.message(fmt::format("model {} ({:.2f}M parameters)", llama_.summary(),
+                               static_cast<double>(llama_.param_count()) / 1e6));
+  printer_.message(fmt::format("data {}", data_.description));
+  printer_.message(fmt::format("{} steps x {} sequences x {} tokens = {} tokens per step",
+                               total_steps, micro_batch_ * grad_accum_, seq_len_, tokens_per_step));
+
+  if (progress_.step == total_steps) {
+    printer_.message(fmt::format("nothing to do: the run is complete at step {}", total_steps));
+  }
+  StopSignalGuard signals;
+  const int64_t first_step = progress_.step + 1;
+  double run_seconds = 0;  // step time of this process
+  double steady_seconds = 0;
+  int64_t steady_tokens = 0;
+  double ema_step_seconds = 0;
+  for (int64_t step = first_step; step <= total_steps; ++step) {
+    const StepOutcome outcome = train_step(step);
+    const int64_t steps_done = step - first_step + 1;
+    run_seconds += outcome.seconds;
+    if (steps_done > kThroughputWarmupSteps) {
+      steady_seconds += outcome.seconds;
+      steady_tokens += tokens_per_step;
+    }
+    ema_step_seconds =
+        steps_done == 1 ? outcome.seconds : 0.9 * ema_step_seconds + 0.1 * outcome.seconds;
+    const double step_tokens_per_s = static_cast<double>(tokens_per_step) / outcome.seconds;
+    metrics.write(TrainStepRecord{step, outcome.loss, outcome.lr, outcome.grad_norm,
+                                  progress_.tokens_seen, step_tokens_per_s,
+                                  seconds_between(run_start_, Clock::now())});
+    printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
+                               step_tokens_per_s, step_tokens_per_s * result.flops_per_token / 1e9,
+                               ema_step_seconds * static_cast<double>(total_steps - step),
+                               peak_rss_mb()});
+    result.final_loss = outcome.loss;
+    result.steps_this_run = steps_done;
+    result.tokens_this_run += tokens_per_step;
+    const bool last = step == total_steps;
+    if (data_.val &&
+        ((config_.training.eval_every > 0 && step % config_.training.eval_every == 0) || last)) {
+      const EvalRecord record = evaluate(step);
+      metrics.write(record);
+      result.final_val_loss = record.loss;
+    }
+    const bool stop = StopSignalGuard::stop_requested();
+    if ((config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) || last || stop) {
+      save_checkpoint();
+    }
+    if (stop) {
+      result.stopped_by_signal = true;
+      printer_.message(fmt::format("stopped by signal {} after step {}/{}; resume with: {}",
+                                   StopSignalGuard::signal_number(), step, total_steps,
+                                   options_.resume_command));
+      break;
+    }
+  }
+  result.final_step = progress_.step;
+  result.last_checkpoint = last_checkpoint_;
+  // Runs too short for a steady state report their overall rate.
+  result.tokens_per_s = steady_seconds > 0 ? static_cast<double>(steady_tokens) / steady_seconds
+                        : run_seconds > 0 ? static_cast<double>(result.tokens_this_run) / run_seconds
+                                          : 0.0;
+  result.gflops_per_s = result.tokens_per_s * result.flops_per_token / 1e9;
+  result.peak_rss_mb = peak_rss_mb();
+  return result;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainRunOptions& options) {
+  Trainer trainer(options);
+  return trainer.run();
+}
+
+std::string train_summary_json(const TrainResult& r) {
+  nlohmann::ordered_json summary = {{"steps", r.final_step},
+                                    {"steps_this_run", r.steps_this_run},
+                                    {"tokens", r.tokens_this_run},
+                                    {"tokens_per_s", r.tokens_per_s},
+                                    {"flops_per_token", r.flops_per_token},
+                                    {"gflops_per_s", r.gflops_per_s},
+                                    {"peak_rss_mb", r.peak_rss_mb},
+                                    {"final_loss", r.final_loss},
+                                    {"final_val_loss", nullptr},
+                                    {"stopped_by_signal", r.stopped_by_signal},
+                                    {"run_dir", r.run_dir.string()}};
+  if (r.final_val_loss >= 0) summary["final_val_loss"] = r.final_val_loss;
+  return summary.dump();
+}
+
+}  // namespace anvil

@@ -1,0 +1,46 @@
+// The training loop of `anvil train`: micro-batches accumulated into one global batch per
+// optimizer step, the loss normalised by the counted target tokens of the whole global batch
+// (so the result equals PyTorch's mean cross-entropy over that batch), global-norm clipping,
+// the learning-rate schedule, periodic evaluation and checkpoints, exact resume, and a
+// graceful stop on SIGINT/SIGTERM. One process, one backend; the parallel layer wraps this
+// loop later without changing what a step computes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "train/config.h"
+
+namespace anvil {
+
+struct TrainRunOptions {
+  TrainConfig config;  // resolved and validated
+  std::filesystem::path run_dir;
+  std::string resume = "auto";  // auto | never | checkpoint folder
+  std::string backend = "cpu";
+  std::string resume_command;  // the exact command that continues this run
+};
+
+struct TrainResult {
+  std::filesystem::path run_dir;
+  int64_t final_step = 0;  // steps completed, counting earlier runs
+  int64_t steps_this_run = 0;
+  int64_t tokens_this_run = 0;  // input tokens processed by this process
+  double tokens_per_s = 0;      // steady state: steps after the first two of this run
+  double flops_per_token = 0;
+  double gflops_per_s = 0;
+  double peak_rss_mb = 0;
+  double final_loss = 0;       // training loss of the last step
+  double final_val_loss = -1;  // of the last evaluation; -1 when none ran
+  bool stopped_by_signal = false;
+  std::filesystem::path last_checkpoint;
+};
+
+// Runs (or resumes) a training run; throws anvil::Error on bad input or a failed step.
+TrainResult run_training(const TrainRunOptions& options);
+
+// Returns the one-line JSON summary printed last with --logging.json=true.
+std::string train_summary_json(const TrainResult& result);
+
+}  // namespace anvil

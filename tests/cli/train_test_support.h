@@ -1,0 +1,75 @@
+// Helpers for the `anvil train` end-to-end tests: run the built binary and capture its output,
+// make scratch folders, and read metrics.jsonl with the wall-clock fields removed (the only
+// fields allowed to differ between two runs that train the same steps).
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace anvil::testing_support {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `anvil <args>` through the shell and returns its exit code and combined output.
+inline CommandResult run_anvil(const std::string& args) {
+  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// Returns a fresh, empty scratch folder for one test.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("anvil_train_test_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Returns the lines of a run's metrics.jsonl with "tokens_per_s" and "elapsed_s" removed;
+// everything else must match byte for byte between equivalent runs.
+inline std::vector<std::string> deterministic_metrics(const std::filesystem::path& run_dir) {
+  std::ifstream in(run_dir / "metrics.jsonl");
+  std::vector<std::string> lines;
+  const std::regex time_fields(R"re(,"(tokens_per_s|elapsed_s)":[-0-9.eE+]+)re");
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::regex_replace(line, time_fields, ""));
+  }
+  return lines;
+}
+
+// Returns how many lines of `lines` contain `needle`.
+inline int count_containing(const std::vector<std::string>& lines, const std::string& needle) {
+  int count = 0;
+  for (const auto& line : lines) count += line.find(needle) != std::string::npos;
+  return count;
+}
+
+// A very small model on synthetic data: a step takes milliseconds.
+inline std::string tiny_synthetic_args() {
+  return "--threads 1 --data.synthetic=true --model.dim=32 --model.n_layers=2 "
+         "--model.n_heads=4 --model.n_kv_heads=2 --model.ffn_dim=64 --model.vocab_size=128 "
+         "--model.max_seq_len=32 --training.batch_size=2 --training.grad_accum=2 "
+         "--training.seq_len=16 --training.eval_steps=2 --training.eval_every=10 "
+         "--optimizer.warmup_steps=5 --logging.every=1000";
+}
+
+}  // namespace anvil::testing_support

@@ -1,0 +1,162 @@
+// DataParallelEngine in one process: stage 0 with one micro-batch is the plain model + AdamW
+// loop the trainer ran before the engine existed; every stage computes the same bits as stage
+// 0 (sharding at world size 1 only moves memory around); evaluation and the memory report.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "optim/adamw.h"
+#include "parallel/shard_plan.h"
+#include "parallel_test_util.h"
+
+namespace anvil {
+namespace {
+
+using ptest::Curve;
+using ptest::Harness;
+using ptest::RunSpec;
+
+TEST(EngineSingleProcess, StageZeroMatchesThePlainTrainingLoop) {
+  auto comm = make_single_process_communicator();
+  RunSpec spec;
+  spec.grad_clip = 0.0;  // the plain loop's norm is a floating-point sum; keep it out of the step
+  Harness harness(*comm, spec);
+  harness.engine().init_weights(spec.seed);
+
+  auto backend = make_backend("cpu");
+  ModelOptions options;
+  options.max_batch = spec.micro_batch;
+  options.max_seq = spec.seq;
+  LlamaModel plain(ptest::tiny_config(spec.tied), *backend, options);
+  plain.init_weights(spec.seed);
+  std::vector<OptimizerGroup> groups;
+  const auto spans = layout_decay_spans(plain.parameters().layout());
+  for (int g = 0; g < plain.parameters().group_count(); ++g) {
+    groups.push_back({plain.parameters().group(g), plain.gradients().group(g), spans[g], {}});
+  }
+  AdamWHyperParams hyper;
+  hyper.weight_decay = 0.1;
+  AdamW optimizer(*backend, groups, hyper);
+  SyntheticData data(64, spec.seq, spec.seed);
+  std::vector<int32_t> tokens(spec.micro_batch * spec.seq), targets(tokens.size());
+  std::vector<float> mask(tokens.size());
+  const Shape shape{spec.micro_batch, spec.seq};
+  const Tensor t(tokens.data(), DType::i32, shape), y(targets.data(), DType::i32, shape);
+  const Tensor w(mask.data(), DType::f32, shape);
+
+  for (int64_t k = 0; k < 6; ++k) {
+    const StepReport report = harness.step(k);
+    data.fill(k * spec.micro_batch, spec.micro_batch, t, y, nullptr, &w);
+    const Batch batch{t, y, &w, nullptr};
+    plain.gradients().zero();
+    const int64_t counted = plain.count_loss_tokens(batch);
+    const LossSum loss =
+        plain.forward_backward(batch, static_cast<float>(1.0 / static_cast<double>(counted)));
+    const double norm = global_grad_norm(*backend, groups);
+    optimizer.step(spec.lr, 1.0);
+    EXPECT_EQ(ptest::bits(report.loss.mean()), ptest::bits(loss.mean())) << "step " << k;
+    EXPECT_NEAR(report.grad_norm, norm, 1e-12 * norm) << "step " << k;
+  }
+  std::vector<float> expected;
+  for (int g = 0; g < plain.parameters().group_count(); ++g) {
+    const Tensor group = plain.parameters().group(g);
+    expected.insert(expected.end(), group.f32(), group.f32() + group.numel());
+  }
+  EXPECT_TRUE(ptest::same_bits(harness.all_weights(), expected));
+}
+
+struct StageCase {
+  int stage;
+  int grad_accum;
+  bool tied;
+};
+
+class EveryStageAtWorldOne : public ::testing::TestWithParam<StageCase> {};
+
+TEST_P(EveryStageAtWorldOne, MatchesStageZeroBitForBit) {
+  const StageCase param = GetParam();
+  auto comm = make_single_process_communicator();
+  RunSpec spec;
+  spec.grad_accum = param.grad_accum;
+  spec.tied = param.tied;
+  Harness reference(*comm, spec);
+  reference.engine().init_weights(spec.seed);
+  spec.zero_stage = param.stage;
+  Harness sharded(*comm, spec);
+  sharded.engine().init_weights(spec.seed);
+  const Curve want = ptest::run_steps(reference, 0, 8);
+  const Curve got = ptest::run_steps(sharded, 0, 8);
+  EXPECT_EQ(got.loss_bits, want.loss_bits);
+  EXPECT_EQ(got.norm_bits, want.norm_bits);
+  EXPECT_TRUE(ptest::same_bits(sharded.all_weights(), reference.all_weights()));
+  const LossSum eval_want = reference.evaluate(3);
+  const LossSum eval_got = sharded.evaluate(3);
+  EXPECT_EQ(ptest::bits(eval_got.sum), ptest::bits(eval_want.sum));
+  EXPECT_EQ(eval_got.count, eval_want.count);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, EveryStageAtWorldOne,
+                         ::testing::Values(StageCase{1, 1, true}, StageCase{2, 1, true},
+                                           StageCase{3, 1, true}, StageCase{3, 1, false},
+                                           StageCase{1, 3, false}, StageCase{2, 3, true},
+                                           StageCase{3, 3, true}, StageCase{3, 2, false}));
+
+TEST(EngineSingleProcess, ClippedStepsStillLearnARepeatedBatch) {
+  auto comm = make_single_process_communicator();
+  RunSpec spec;
+  spec.grad_clip = 0.05;
+  Harness harness(*comm, spec);
+  harness.engine().init_weights(spec.seed);
+  // Synthetic tokens are uniform noise, so only a batch seen again can be learnt.
+  const StepReport first = harness.step(0);
+  StepReport last;
+  for (int i = 0; i < 15; ++i) last = harness.step(0);
+  EXPECT_LT(last.clip_scale, 1.0);
+  EXPECT_NEAR(last.clip_scale, 0.05 / (last.grad_norm + 1e-6), 1e-12);
+  EXPECT_LT(last.loss.mean(), first.loss.mean() - 0.1);
+}
+
+TEST(EngineSingleProcess, EvaluationSumsEveryBatch) {
+  auto comm = make_single_process_communicator();
+  RunSpec spec;
+  Harness harness(*comm, spec);
+  harness.engine().init_weights(spec.seed);
+  const LossSum total = harness.evaluate(4);
+  EXPECT_EQ(total.count, 4 * spec.micro_batch * spec.seq);
+  EXPECT_NEAR(total.mean(), std::log(64.0), 0.2);  // an untrained model guesses uniformly
+}
+
+TEST(EngineSingleProcess, MemoryFollowsTheStage) {
+  auto comm = make_single_process_communicator();
+  RunSpec spec;
+  Harness stage0(*comm, spec);
+  const MemoryReport m0 = stage0.engine().memory();
+  const int64_t params = ptest::tiny_config(true).param_count();
+  // 4 bytes of weights, gradients, m and v per element (alignment padding included).
+  EXPECT_EQ(m0.weights, m0.gradients);
+  EXPECT_EQ(m0.optimizer, 2 * m0.weights);
+  EXPECT_GE(m0.weights, 4 * params);
+  EXPECT_EQ(m0.slots, 0);
+  EXPECT_GT(m0.activations, 0);
+  spec.zero_stage = 3;
+  Harness stage3(*comm, spec);
+  const MemoryReport m3 = stage3.engine().memory();
+  EXPECT_EQ(m3.optimizer, m0.optimizer);  // one rank holds every shard
+  EXPECT_GT(m3.slots, 0);
+  EXPECT_NE(stage3.engine().memory_table().find("rank 0: weights"), std::string::npos);
+}
+
+TEST(EngineSingleProcess, RejectsAModelBuiltForAnotherStage) {
+  auto comm = make_single_process_communicator();
+  auto backend = make_backend("cpu");
+  ModelOptions options;
+  options.max_seq = 16;
+  LlamaModel model(ptest::tiny_config(true), *backend, options);  // allocates everything
+  ParallelSettings settings;
+  settings.zero_stage = 3;
+  DeviceMesh mesh(*comm, settings);
+  EXPECT_THROW(DataParallelEngine(model, mesh, EngineOptions{}), Error);
+}
+
+}  // namespace
+}  // namespace anvil

@@ -1,0 +1,88 @@
+// The launch supervisor's pure parts: mpirun's command line, tagged output, and the failure
+// reports of Open MPI 4 (lines copied from real runs: a SIGKILLed rank, a rank exiting 3, a
+// rank calling MPI_Abort).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "parallel/launcher.h"
+
+namespace anvil {
+namespace {
+
+bool contains_sequence(const std::vector<std::string>& argv, std::vector<std::string> part) {
+  return std::search(argv.begin(), argv.end(), part.begin(), part.end()) != argv.end();
+}
+
+TEST(Launcher, MpirunCommand) {
+  LaunchOptions options;
+  options.nproc = 4;
+  options.program = "/opt/anvil";
+  options.stop_timeout_s = 90;
+  options.exported_env = {"ANVIL_NUM_THREADS=1"};
+  const std::vector<std::string> args = {"train", "--run-dir", "runs/x"};
+  const std::vector<std::string> argv = mpirun_command(options, 2, true, args);
+  EXPECT_EQ(argv.front(), "mpirun");
+  EXPECT_TRUE(contains_sequence(argv, {"-np", "4"}));
+  EXPECT_TRUE(contains_sequence(argv, {"--oversubscribe", "--allow-run-as-root", "--tag-output"}));
+  EXPECT_TRUE(contains_sequence(argv, {"--mca", "odls_base_sigkill_timeout", "90"}));
+  EXPECT_TRUE(contains_sequence(argv, {"-x", "ANVIL_NUM_THREADS=1"}));
+  EXPECT_TRUE(contains_sequence(argv, {"-x", "ANVIL_LAUNCH_ATTEMPT=2"}));
+  EXPECT_TRUE(contains_sequence(argv, {"/opt/anvil", "train", "--run-dir", "runs/x"}));
+  EXPECT_EQ(argv.back(), "runs/x");
+  const std::vector<std::string> plain = mpirun_command(options, 0, false, args);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), "--allow-run-as-root"), 0);
+  options.hostfile = "hosts.txt";
+  EXPECT_TRUE(contains_sequence(mpirun_command(options, 0, false, args), {"--hostfile", "hosts.txt"}));
+}
+
+TEST(Launcher, TaggedLines) {
+  const TaggedLine out = parse_tagged_line("[1,3]<stdout>:step 4/20 | loss 4.1");
+  EXPECT_EQ(out.rank, 3);
+  EXPECT_FALSE(out.is_stderr);
+  EXPECT_EQ(out.text, "step 4/20 | loss 4.1");
+  const TaggedLine err = parse_tagged_line("[1,0]<stderr>:anvil: error: [x] y");
+  EXPECT_EQ(err.rank, 0);
+  EXPECT_TRUE(err.is_stderr);
+  EXPECT_EQ(err.text, "anvil: error: [x] y");
+  const TaggedLine own = parse_tagged_line("mpirun noticed that ...");
+  EXPECT_EQ(own.rank, -1);
+  EXPECT_EQ(own.text, "mpirun noticed that ...");
+}
+
+TEST(Launcher, FailureReports) {
+  int pending = -1;
+  auto killed = parse_mpirun_failure(
+      "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).",
+      pending);
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(killed->rank, 1);
+  EXPECT_EQ(killed->reason, "killed by signal 9 (Killed)");
+
+  EXPECT_FALSE(parse_mpirun_failure("  Process name: [[11620,1],3]", pending));
+  EXPECT_EQ(pending, 3);
+  auto exited = parse_mpirun_failure("  Exit code:    3", pending);
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->rank, 3);
+  EXPECT_EQ(exited->reason, "exited with code 3");
+  EXPECT_EQ(pending, -1);
+
+  // Open MPI wraps this report ("with errorcode 1." follows on the next line).
+  auto aborted = parse_mpirun_failure(
+      "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD", pending);
+  ASSERT_TRUE(aborted);
+  EXPECT_EQ(aborted->rank, 2);
+  EXPECT_EQ(aborted->reason, "called MPI_Abort");
+  EXPECT_FALSE(parse_mpirun_failure("Primary job  terminated normally, but 1 process returned",
+                                    pending));
+}
+
+TEST(Launcher, ProgressSteps) {
+  EXPECT_EQ(progress_step("step  7/20 | loss 4.1000 | lr 1e-3"), 7);
+  EXPECT_EQ(progress_step("step 120/600 | loss 2.0"), 120);
+  EXPECT_EQ(progress_step("eval step 100: val loss 2.0"), -1);
+  EXPECT_EQ(progress_step("stepping"), -1);
+}
+
+}  // namespace
+}  // namespace anvil

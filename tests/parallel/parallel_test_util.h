@@ -1,0 +1,168 @@
+// Helpers shared by the parallel tests (single-process and mpirun tiers): a tiny Llama, a
+// synthetic sample stream, and a small training harness that drives DataParallelEngine the
+// way the trainer does (rank r's micro-batches of step k come from BatchLayout). Every rank
+// can also build a one-process reference over the same global batch in its own memory.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "data/cursor.h"
+#include "data/synthetic.h"
+#include "model/llama.h"
+#include "parallel/engine.h"
+#include "parallel/mesh.h"
+
+namespace anvil::ptest {
+
+inline LlamaConfig tiny_config(bool tied) {
+  LlamaConfig c;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 88;
+  c.vocab_size = 64;
+  c.max_seq_len = 16;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+struct RunSpec {
+  int zero_stage = 0;
+  int dp = 0;  // 0: automatic
+  int fsdp = 0;
+  int micro_batch = 2;
+  int grad_accum = 1;  // micro-batches per rank per step
+  bool tied = true;
+  double grad_clip = 0.5;
+  double lr = 1e-2;
+  int seq = 16;
+  uint64_t seed = 1234;
+};
+
+// One rank's training setup over `comm` (a world of comm.size() data ranks).
+class Harness {
+ public:
+  Harness(Communicator& comm, const RunSpec& spec)
+      : spec_(spec),
+        backend_(make_backend("cpu")),
+        data_(64, spec.seq, spec.seed) {
+    ParallelSettings settings;
+    settings.dp = spec.dp;
+    settings.fsdp = spec.fsdp;
+    settings.zero_stage = spec.zero_stage;
+    mesh_ = std::make_unique<DeviceMesh>(comm, settings);
+    ModelOptions options;
+    options.max_batch = spec.micro_batch;
+    options.max_seq = spec.seq;
+    model_ = std::make_unique<LlamaModel>(
+        tiny_config(spec.tied), *backend_,
+        DataParallelEngine::model_options(options, spec.zero_stage));
+    EngineOptions engine_options;
+    engine_options.hyper.weight_decay = 0.1;
+    engine_options.grad_clip = spec.grad_clip;
+    engine_options.micro_batches = spec.grad_accum;
+    engine_ = std::make_unique<DataParallelEngine>(*model_, *mesh_, engine_options);
+    const size_t rows = static_cast<size_t>(spec.micro_batch) * spec.grad_accum;
+    tokens_.resize(rows * spec.seq);
+    targets_.resize(rows * spec.seq);
+    mask_.resize(rows * spec.seq);
+    views_.resize(static_cast<size_t>(spec.grad_accum));
+    layout_.micro_batch = spec.micro_batch;
+    layout_.grad_accum = spec.grad_accum;
+    layout_.world_size = comm.size();
+  }
+
+  DataParallelEngine& engine() { return *engine_; }
+  LlamaModel& model() { return *model_; }
+  DeviceMesh& mesh() { return *mesh_; }
+
+  // Runs optimizer step `step` (0-based) on this rank's share of the global batch.
+  StepReport step(int64_t step) {
+    std::vector<Batch> batches;
+    for (int m = 0; m < spec_.grad_accum; ++m) {
+      const int64_t first = layout_.first_sample(step, m, mesh_->data_rank());
+      batches.push_back(fill(static_cast<size_t>(m), first, spec_.micro_batch));
+    }
+    return engine_->train_step(batches, spec_.lr);
+  }
+
+  // Returns the loss of `count` evaluation batches of micro_batch samples from sample 10^6.
+  LossSum evaluate(int64_t count) {
+    return engine_->evaluate(count, [&](int64_t i) {
+      return fill(0, 1000000 + i * spec_.micro_batch, spec_.micro_batch);
+    });
+  }
+
+  // Returns every group's full weights, concatenated (collective under stage 3).
+  std::vector<float> all_weights() {
+    std::vector<float> out;
+    const ParameterLayout& layout = model_->parameters().layout();
+    for (int g = 0; g < layout.group_count(); ++g) {
+      std::vector<float> group(static_cast<size_t>(layout.group_numel(g)));
+      engine_->gather_weights(g, group.data());
+      out.insert(out.end(), group.begin(), group.end());
+    }
+    return out;
+  }
+
+ private:
+  Batch fill(size_t micro, int64_t first, int count) {
+    const size_t offset = micro * static_cast<size_t>(spec_.micro_batch) * spec_.seq;
+    const Shape shape{count, spec_.seq};
+    View& v = views_[micro];
+    v.tokens = Tensor(tokens_.data() + offset, DType::i32, shape);
+    v.targets = Tensor(targets_.data() + offset, DType::i32, shape);
+    v.mask = Tensor(mask_.data() + offset, DType::f32, shape);
+    data_.fill(first, count, v.tokens, v.targets, nullptr, &v.mask);
+    return Batch{v.tokens, v.targets, &v.mask, nullptr};
+  }
+
+  struct View {
+    Tensor tokens, targets, mask;
+  };
+  RunSpec spec_;
+  std::unique_ptr<Backend> backend_;
+  SyntheticData data_;
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<DataParallelEngine> engine_;
+  BatchLayout layout_;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<float> mask_;
+  std::vector<View> views_;
+};
+
+// Returns the bits of a double (so EXPECT_EQ on them means bitwise equality).
+inline uint64_t bits(double value) { return std::bit_cast<uint64_t>(value); }
+
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The per-step outcome of a run, for bitwise comparisons.
+struct Curve {
+  std::vector<uint64_t> loss_bits;
+  std::vector<uint64_t> norm_bits;
+  std::vector<double> losses;
+};
+
+// Runs steps [first, last) on a harness and records the curve.
+inline Curve run_steps(Harness& harness, int64_t first, int64_t last) {
+  Curve curve;
+  for (int64_t k = first; k < last; ++k) {
+    const StepReport report = harness.step(k);
+    curve.loss_bits.push_back(bits(report.loss.mean()));
+    curve.norm_bits.push_back(bits(report.grad_norm));
+    curve.losses.push_back(report.loss.mean());
+  }
+  return curve;
+}
+
+}  // namespace anvil::ptest

@@ -1,0 +1,211 @@
+// Configuration: the pinned key surface, TOML loading, overrides, validation messages that
+// name the nearest valid key, and the resolved config.toml round trip.
+#include "train/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigTest, KeySurfaceIsPinned) {
+  // Changing this list is deliberate: update docs/training.md in the same change.
+  const std::vector<std::string> expected = {"model.dim",
+                                             "model.n_layers",
+                                             "model.n_heads",
+                                             "model.n_kv_heads",
+                                             "model.head_dim",
+                                             "model.ffn_dim",
+                                             "model.vocab_size",
+                                             "model.max_seq_len",
+                                             "model.rope_theta",
+                                             "model.norm_eps",
+                                             "model.tie_embeddings",
+                                             "model.attention_bias",
+                                             "model.init_from",
+                                             "data.path",
+                                             "data.tokenizer",
+                                             "data.synthetic",
+                                             "data.val_split",
+                                             "training.steps",
+                                             "training.batch_size",
+                                             "training.seq_len",
+                                             "training.grad_accum",
+                                             "training.dtype",
+                                             "training.activation_checkpointing",
+                                             "training.doc_mask",
+                                             "training.seed",
+                                             "training.eval_every",
+                                             "training.eval_steps",
+                                             "optimizer.lr",
+                                             "optimizer.min_lr",
+                                             "optimizer.schedule",
+                                             "optimizer.warmup_steps",
+                                             "optimizer.weight_decay",
+                                             "optimizer.beta1",
+                                             "optimizer.beta2",
+                                             "optimizer.eps",
+                                             "optimizer.grad_clip",
+                                             "optimizer.decay_embeddings",
+                                             "optimizer.wsd_decay_fraction",
+                                             "parallel.dp",
+                                             "parallel.fsdp",
+                                             "parallel.tp",
+                                             "parallel.zero_stage",
+                                             "parallel.offload",
+                                             "checkpoint.every",
+                                             "checkpoint.keep",
+                                             "lora.r",
+                                             "lora.alpha",
+                                             "lora.dropout",
+                                             "lora.targets",
+                                             "eval.batch_size",
+                                             "logging.every",
+                                             "logging.json"};
+  std::vector<std::string> actual;
+  for (const ConfigField& field : config_fields()) actual.push_back(field.full_name());
+  EXPECT_EQ(actual, expected);
+}
+
+TEST(ConfigTest, TomlSetsTypedValues) {
+  TrainConfig config;
+  apply_config_toml(config,
+                    "[model]\ndim = 64\nrope_theta = 500000\n"
+                    "[training]\nsteps = 7\ndtype = \"bf16\"\n"
+                    "[optimizer]\nlr = 1e-3\n[lora]\ntargets = [\"q_proj\"]\n"
+                    "[data]\nsynthetic = true\n",
+                    "test.toml");
+  EXPECT_EQ(config.model.dim, 64);
+  EXPECT_EQ(config.model.rope_theta, 500000.0);
+  EXPECT_EQ(config.training.steps, 7);
+  EXPECT_EQ(config.training.dtype, "bf16");
+  EXPECT_EQ(config.optimizer.lr, 1e-3);
+  EXPECT_EQ(config.lora.targets, std::vector<std::string>{"q_proj"});
+  EXPECT_TRUE(config.data.synthetic);
+}
+
+TEST(ConfigTest, UnknownKeyNamesNearestValidKey) {
+  TrainConfig config;
+  EXPECT_EQ(error_of([&] { apply_config_override(config, "training.lr", "1"); }),
+            "[config] --unknown key 'training.lr' (did you mean 'optimizer.lr'?)");
+  const std::string in_file =
+      error_of([&] { apply_config_toml(config, "[training]\nstpes = 3\n", "run.toml"); });
+  EXPECT_EQ(in_file,
+            "[config] run.toml: unknown key 'training.stpes' (did you mean "
+            "'training.steps'?)");
+  EXPECT_NE(error_of([&] {
+              apply_config_toml(config, "[optimiser]\nlr = 1\n", "a.toml");
+            }).find("unknown section 'optimiser' (did you mean 'optimizer'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              apply_config_toml(config, "steps = 3\n", "a.toml");
+            }).find("did you mean 'training.steps'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              apply_config_override(config, "optimizer.warmup", "3");
+            }).find("did you mean 'optimizer.warmup_steps'?"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, WrongTypesAreClearErrors) {
+  TrainConfig config;
+  EXPECT_EQ(error_of([&] { apply_config_toml(config, "[training]\nsteps = \"x\"\n", "a.toml"); }),
+            "[config] a.toml: training.steps must be an integer");
+  EXPECT_EQ(error_of([&] { apply_config_override(config, "training.steps", "1.5"); }),
+            "[config] --training.steps must be an integer, got '1.5'");
+  EXPECT_EQ(error_of([&] { apply_config_override(config, "data.synthetic", "yes"); }),
+            "[config] --data.synthetic must be true or false, got 'yes'");
+  EXPECT_NE(error_of([&] { apply_config_toml(config, "[model\n", "bad.toml"); }).find("bad.toml:1"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, OverridesAreExtractedInBothForms) {
+  std::vector<std::string> args = {"--run-dir",      "r",    "--training.steps=5",
+                                   "--optimizer.lr", "0.01", "--data.synthetic",
+                                   "--threads",      "2",    "--lora.targets=q_proj,v_proj"};
+  const auto overrides = extract_config_overrides(args);
+  EXPECT_EQ(args, (std::vector<std::string>{"--run-dir", "r", "--threads", "2"}));
+  ASSERT_EQ(overrides.size(), 4u);
+  TrainConfig config;
+  for (const auto& o : overrides) apply_config_override(config, o.name, o.value);
+  EXPECT_EQ(config.training.steps, 5);
+  EXPECT_EQ(config.optimizer.lr, 0.01);
+  EXPECT_TRUE(config.data.synthetic);
+  EXPECT_EQ(config.lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+}
+
+TEST(ConfigTest, ValidationNamesTheKey) {
+  TrainConfig config;
+  config.training.seq_len = 512;
+  config.model.max_seq_len = 256;
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] training.seq_len (512) exceeds model.max_seq_len (256)");
+  config = TrainConfig{};
+  config.model.n_kv_heads = 3;
+  EXPECT_NE(error_of([&] { validate_config(config); }).find("model.n_kv_heads"), std::string::npos);
+  config = TrainConfig{};
+  config.optimizer.schedule = "cosin";
+  EXPECT_NE(error_of([&] { validate_config(config); }).find("did you mean 'cosine'?"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
+}
+
+TEST(ConfigTest, ResolvedTomlRoundTripsExactly) {
+  TrainConfig config;
+  config.optimizer.lr = 0.1 + 0.2;  // not exactly representable in short decimal
+  config.model.rope_theta = 10000.0;
+  config.model.init_from = "dir with \"quotes\"\\";
+  config.lora.targets = {"a", "b"};
+  const std::string text = config_to_toml(config);
+  TrainConfig back;
+  back.model.dim = 1;
+  apply_config_toml(back, text, "resolved.toml");
+  EXPECT_EQ(config_to_toml(back), text);
+  EXPECT_EQ(back.optimizer.lr, config.optimizer.lr);
+  EXPECT_EQ(back.model.init_from, config.model.init_from);
+}
+
+// Returns the non-blank, non-comment lines of TOML text.
+std::vector<std::string> meaningful_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] != '#') lines.push_back(line);
+  }
+  return lines;
+}
+
+TEST(ConfigTest, TinyPresetFileIsTheDefaults) {
+  // `anvil train` with no arguments trains the defaults; configs/tiny.toml spells out every
+  // key of them, so it doubles as the reference of the whole configuration.
+  std::ifstream in(std::string(ANVIL_TEST_DATA) + "/../configs/tiny.toml");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(meaningful_lines(text.str()), meaningful_lines(config_to_toml(TrainConfig{})));
+}
+
+TEST(ConfigTest, EveryPresetFileIsValid) {
+  for (const char* name : {"tiny", "30M", "125M", "1B"}) {
+    TrainConfig config;
+    apply_config_file(config, std::string(ANVIL_TEST_DATA) + "/../configs/" + name + ".toml");
+    EXPECT_NO_THROW(validate_config(config)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace anvil

@@ -1,0 +1,66 @@
+// metrics.jsonl: exact line format (round-trip numbers, time fields last) and the resume cut.
+#include "train/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "io/file_util.h"
+#include "train/progress.h"
+
+namespace anvil {
+namespace {
+
+TEST(MetricsTest, LinesUseRoundTripNumbersWithTimeFieldsLast) {
+  const TrainStepRecord record{7, 0.1 + 0.2, 3e-4, 1.5, 1024, 12345.678, 2.5};
+  EXPECT_EQ(format_metrics_line(record),
+            "{\"type\":\"train\",\"step\":7,\"loss\":0.30000000000000004,\"lr\":0.0003,"
+            "\"grad_norm\":1.5,\"tokens\":1024,\"tokens_per_s\":12345.7,\"elapsed_s\":2.500}");
+  const EvalRecord eval{10, 2.0, 7.38905609893065, 4096, 1.25};
+  EXPECT_EQ(format_metrics_line(eval),
+            "{\"type\":\"eval\",\"step\":10,\"loss\":2,\"ppl\":7.38905609893065,\"tokens\":4096,"
+            "\"elapsed_s\":1.250}");
+}
+
+TEST(MetricsTest, ResumeCutsRecordsPastTheCheckpointAndATornLine) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("anvil_metrics_test_" + std::to_string(getpid()) + ".jsonl");
+  {
+    MetricsWriter writer(path, -1);
+    for (int64_t step = 1; step <= 4; ++step)
+      writer.write(TrainStepRecord{step, 1.0, 0.1, 1.0, step, 0, 0});
+    writer.write(EvalRecord{4, 1.0, 2.7, 10, 0});
+  }
+  {
+    std::ofstream torn(path, std::ios::app);
+    torn << "{\"type\":\"train\",\"step\":5,\"lo";
+  }
+  {
+    MetricsWriter resumed(path, 4);
+    resumed.write(TrainStepRecord{5, 2.0, 0.1, 1.0, 5, 0, 0});
+  }
+  const std::string text = read_file(path);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 6);
+  EXPECT_EQ(text.find("\"lo\n"), std::string::npos);
+  EXPECT_NE(text.find("\"step\":5,\"loss\":2,"), std::string::npos);
+  { MetricsWriter cut(path, 2); }
+  const std::string after_cut = read_file(path);
+  EXPECT_EQ(std::count(after_cut.begin(), after_cut.end(), '\n'), 2);
+  { MetricsWriter fresh(path, -1); }
+  EXPECT_EQ(read_file(path), "");
+  std::filesystem::remove(path);
+}
+
+TEST(ProgressTest, DurationsAndRates) {
+  EXPECT_EQ(format_duration(5), "5s");
+  EXPECT_EQ(format_duration(125), "2m05s");
+  EXPECT_EQ(format_duration(3 * 3600 + 4 * 60), "3h04m");
+  EXPECT_EQ(format_rate(950), "950");
+  EXPECT_EQ(format_rate(12345), "12.3k");
+  EXPECT_EQ(format_rate(2.5e6), "2.50M");
+  EXPECT_GT(peak_rss_mb(), 0.0);
+}
+
+}  // namespace
+}  // namespace anvil
