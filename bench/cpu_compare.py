@@ -12,8 +12,8 @@ square f32 and bf16 matmul and, with --kernel-bench, anvil's own (bench/kernels)
 of the two for the run's dtype is used, and both are printed.
 
 Usage:
-  bench/cpu_compare.py --anvil build/src/anvil --python /path/to/venv/bin/python [--threads 2]
-  bench/cpu_compare.py --anvil build/src/anvil --quick        # a small model, one repetition
+  bench/cpu_compare.py --anvil build/anvil --python /path/to/venv/bin/python [--threads 2]
+  bench/cpu_compare.py --anvil build/anvil --quick        # a small model, one repetition
   (add --kernel-bench build/bench/kernels/kernel_bench for anvil's own GEMM ceiling)
 Prints a Markdown report (machine, versions, ceilings, table); --json FILE keeps raw results.
 Not a test: nothing in CI runs it.
@@ -351,7 +351,7 @@ def load_average():
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--anvil", default=os.path.join(REPO, "build", "src", "anvil"),
-                   help="anvil executable (default: build/src/anvil)")
+                   help="anvil executable (default: build/anvil)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter with torch for torch_llama.py (default: this one)")
     p.add_argument("--threads", type=int, default=2)

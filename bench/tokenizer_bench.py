@@ -2,7 +2,7 @@
 """Single-thread encode throughput: anvil vs Hugging Face `tokenizers` (and tiktoken for Meta's
 Llama 3 tokenizer.model when it is installed), on the same text, checking the ids agree.
 
-    python3 bench/tokenizer_bench.py [--anvil build/src/anvil] [--tokenizer tokenizer.json]
+    python3 bench/tokenizer_bench.py [--anvil build/anvil] [--tokenizer tokenizer.json]
                                      [--mb 20] [--llama3 ~/.cache/anvil/llama3/tokenizer.model]
 
 The text is built from the fortunes package, Python standard-library source and multilingual

@@ -7,7 +7,7 @@ anvil's counter-based token hash) with the same optimizer and schedule. The step
 (before any update) must agree to --tolerance (1e-5 in f32); later steps show how closely the optimizer
 and schedule follow (f32 rounding differences grow slowly with each update).
 
-Usage: bench/verify_parity.py --anvil build/src/anvil --python /path/to/python [--steps 5]
+Usage: bench/verify_parity.py --anvil build/anvil --python /path/to/python [--steps 5]
 Exit status 0 when the step-1 loss matches, 1 otherwise.
 """
 

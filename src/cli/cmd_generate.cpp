@@ -1,21 +1,22 @@
-// `anvil generate`: sample text from a trained run or checkpoint. The prompt is prefilled into
+// `anvil generate`: sample text from a trained run, a checkpoint or a Hugging Face directory.
+// The prompt is prefilled into
 // the model's KV cache in one call, then each new token costs one single-position step; tokens
 // are decoded and flushed to stdout as they come. Sampling is reproducible for a --seed.
 #include <fmt/format.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include "backend/backend.h"
 #include "cli/command.h"
+#include "cli/model_source.h"
 #include "core/error.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
 #include "model/sampling.h"
 #include "tokenizer/tokenizer.h"
-#include "train/checkpointing.h"
-#include "train/model_setup.h"
-#include "train/run_artifacts.h"
 
 namespace anvil::cli {
 namespace {
@@ -23,13 +24,36 @@ namespace {
 struct GenerateOptions {
   std::string run_dir;
   std::string checkpoint_dir;
+  std::string model_dir;
   std::string tokenizer_path;
   std::string prompt;
+  std::string prompt_ids;
+  bool print_ids = false;
   int max_new_tokens = 200;
   SamplingParams sampling{0.8f, 40, 0.95f, 0};
   bool greedy = false;
   std::string backend = "cpu";
 };
+
+// Parses --prompt-ids ("1 2 3"), checking each id against the model's vocabulary.
+std::vector<int32_t> parse_prompt_ids(const std::string& text, int vocab_size) {
+  std::vector<int32_t> ids;
+  std::istringstream words(text);
+  for (std::string word; words >> word;) {
+    size_t used = 0;
+    long id = -1;
+    try {
+      id = std::stol(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    ANVIL_CHECK(used == word.size() && id >= 0 && id < vocab_size,
+                "[generate] --prompt-ids: '{}' is not a token id in [0, {})", word, vocab_size);
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  ANVIL_CHECK(!ids.empty(), "[generate] --prompt-ids is empty");
+  return ids;
+}
 
 // Returns the prompt ids; an empty prompt starts from the document separator (BOS, else EOS).
 std::vector<int32_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt) {
@@ -52,10 +76,16 @@ int run_generate(const std::vector<std::string>& args) {
   auto* run_option =
       app.add_option("--run", o.run_dir, "run directory: its newest valid checkpoint");
   auto* checkpoint_option = app.add_option("--checkpoint", o.checkpoint_dir, "a checkpoint folder");
-  run_option->excludes(checkpoint_option);
+  auto* model_option =
+      app.add_option("--model", o.model_dir, "a Hugging Face model directory (config.json + safetensors)");
+  run_option->excludes(checkpoint_option)->excludes(model_option);
+  checkpoint_option->excludes(model_option);
   app.add_option("--tokenizer", o.tokenizer_path,
-                 "tokenizer.json (default: the one the run's data was prepared with)");
+                 "tokenizer file or directory (default: the model's, or the run's data tokenizer)");
   app.add_option("--prompt", o.prompt, "text to continue (default: start a new document)");
+  app.add_option("--prompt-ids", o.prompt_ids, "prompt as space-separated token ids (no tokenizer needed)")
+      ->excludes("--prompt");
+  app.add_flag("--print-ids", o.print_ids, "print the generated token ids instead of text");
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", o.sampling.temperature, "softmax temperature (0 = greedy)")
       ->capture_default_str();
@@ -69,23 +99,33 @@ int run_generate(const std::vector<std::string>& args) {
   threads.add_to(app);
   if (!parse_args(app, args)) return 0;
   threads.configure();
-  ANVIL_CHECK(!o.run_dir.empty() || !o.checkpoint_dir.empty(),
-              "[generate] pass --run DIR or --checkpoint DIR (see 'anvil generate --help')");
+  const std::string source_path =
+      !o.model_dir.empty() ? o.model_dir : !o.run_dir.empty() ? o.run_dir : o.checkpoint_dir;
+  ANVIL_CHECK(!source_path.empty(),
+              "[generate] pass --run DIR, --checkpoint DIR or --model HF_DIR "
+              "(see 'anvil generate --help')");
   ANVIL_CHECK(o.max_new_tokens >= 0, "[generate] --max-new-tokens must be >= 0");
   if (o.greedy) o.sampling.temperature = 0.0f;
   o.sampling.validate();
 
-  const RunCheckpoint source =
-      o.run_dir.empty() ? open_checkpoint(o.checkpoint_dir) : find_run_checkpoint(o.run_dir);
-  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(
-      o.tokenizer_path.empty() ? run_tokenizer_path(source.config) : o.tokenizer_path);
-  const LlamaConfig llama = llama_config_from(source.config.model);
-  ANVIL_CHECK(tokenizer->vocab_size() <= llama.vocab_size,
-              "[generate] the tokenizer has {} ids but the model only {}", tokenizer->vocab_size(),
-              llama.vocab_size);
+  const ModelSource source = resolve_model_source(source_path);
+  const LlamaConfig& llama = source.config.llama;
+  // A tokenizer is needed to encode a text prompt or to print text; ids alone need none.
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (o.prompt_ids.empty() || !o.print_ids) {
+    ANVIL_CHECK(!o.tokenizer_path.empty() || source.tokenizer.has_value(),
+                "[generate] no tokenizer found for {}; pass --tokenizer", source.describe());
+    tokenizer = Tokenizer::load(o.tokenizer_path.empty() ? source.tokenizer->string()
+                                                         : o.tokenizer_path);
+    ANVIL_CHECK(tokenizer->vocab_size() <= llama.vocab_size,
+                "[generate] the tokenizer has {} ids but the model only {}",
+                tokenizer->vocab_size(), llama.vocab_size);
+  }
 
   const std::unique_ptr<Backend> backend = make_backend(o.backend);
-  const std::vector<int32_t> prompt = prompt_ids(*tokenizer, o.prompt);
+  const std::vector<int32_t> prompt = o.prompt_ids.empty()
+                                          ? prompt_ids(*tokenizer, o.prompt)
+                                          : parse_prompt_ids(o.prompt_ids, llama.vocab_size);
   ANVIL_CHECK(static_cast<int>(prompt.size()) < llama.max_seq_len,
               "[generate] the prompt has {} tokens; the model's context is {}", prompt.size(),
               llama.max_seq_len);
@@ -94,29 +134,38 @@ int run_generate(const std::vector<std::string>& args) {
   ModelOptions model_options;
   model_options.max_batch = 1;
   model_options.max_seq = context;
-  LlamaModel model(llama, *backend, model_options);
-  read_model_safetensors(model, source.dir / "model.safetensors");
+  const std::unique_ptr<LlamaModel> model = load_source_model(source, *backend, model_options);
   KvCache cache(llama, *backend, 1, context);
   Buffer logits_buffer(*backend, static_cast<size_t>(llama.vocab_size) * sizeof(float));
   const Tensor logits = logits_buffer.as(DType::f32, {1, llama.vocab_size});
   std::vector<float> host_logits(static_cast<size_t>(llama.vocab_size));
   Sampler sampler(o.sampling);
-  const std::optional<int32_t> eos = tokenizer->eos_id();
+  // Stop at the tokenizer's EOS or any of the model's (Llama 3 instruct lists several).
+  std::vector<int32_t> stop_ids = source.config.eos_token_ids;
+  if (tokenizer && tokenizer->eos_id()) stop_ids.push_back(*tokenizer->eos_id());
+  // Sample only among ids the tokenizer can print; the model may pad its vocabulary.
+  const size_t sample_vocab =
+      static_cast<size_t>(tokenizer && !o.print_ids ? tokenizer->vocab_size() : llama.vocab_size);
 
   std::vector<int32_t> generated;
   std::string printed;
   std::vector<int32_t> step_tokens = prompt;
-  fmt::print(stdout, "{}", o.prompt);
+  if (!o.print_ids) fmt::print(stdout, "{}", o.prompt);
   std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(generated.size()) < o.max_new_tokens && cache.length() < context) {
     const int n = static_cast<int>(step_tokens.size());
-    model.forward_step(Tensor(step_tokens.data(), DType::i32, {1, n}), cache, logits);
+    model->forward_step(Tensor(step_tokens.data(), DType::i32, {1, n}), cache, logits);
     backend->copy_to_host(host_logits.data(), logits);
-    const int32_t next = sampler.sample(
-        std::span<const float>(host_logits.data(), static_cast<size_t>(tokenizer->vocab_size())));
-    if (eos && next == *eos) break;
+    const int32_t next = sampler.sample(std::span<const float>(host_logits.data(), sample_vocab));
+    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) break;
     generated.push_back(next);
+    step_tokens.assign(1, next);
+    if (o.print_ids) {
+      fmt::print(stdout, "{}{}", generated.size() > 1 ? " " : "", next);
+      std::fflush(stdout);
+      continue;
+    }
     // Byte-level tokens may split a UTF-8 character; printing the new bytes of the decoded
     // whole keeps the stream exact (the terminal joins the pieces).
     const std::string text = tokenizer->decode(generated);
@@ -125,7 +174,6 @@ int run_generate(const std::vector<std::string>& args) {
       std::fflush(stdout);
     }
     printed = text;
-    step_tokens.assign(1, next);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -133,13 +181,13 @@ int run_generate(const std::vector<std::string>& args) {
   std::fflush(stdout);
   fmt::print(stderr, "[generate] {} tokens in {:.2f} s ({:.1f} tokens/s) from {}\n",
              generated.size(), seconds, seconds > 0 ? generated.size() / seconds : 0.0,
-             source.dir.string());
+             source.describe());
   return 0;
 }
 
 }  // namespace
 
-ANVIL_COMMAND("generate", "sample text from a trained run or checkpoint (KV cache, streaming)", 40,
+ANVIL_COMMAND("generate", "sample text from a run, checkpoint or HF model (KV cache, streaming)", 40,
               run_generate);
 
 }  // namespace anvil::cli

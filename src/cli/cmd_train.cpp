@@ -2,15 +2,19 @@
 // --resume auto|never|PATH, --backend, --threads, and any config key as --section.key=value.
 // With no arguments it trains the tiny preset (the defaults) on the fortunes sample corpus,
 // preparing that corpus first when needed. The resolved config of a run lives in its run
-// directory, so `anvil train --run-dir DIR` alone continues a run where it stopped.
+// directory, so `anvil train --run-dir DIR` alone continues a run where it stopped. Under
+// mpirun (or `anvil launch`) every rank runs this command; rank 0 picks the default run
+// directory and prepares the corpus, and only rank 0 prints.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <optional>
 
 #include "cli/command.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "parallel/collectives.h"
 #include "train/config.h"
 #include "train/run_dir.h"
 #include "train/sample_corpus.h"
@@ -84,22 +88,31 @@ int run_train(const std::vector<std::string>& raw_args) {
   if (!parse_args(app, args)) return 0;
   threads.configure();
 
-  const std::filesystem::path run_dir = run_dir_arg.empty() ? default_run_dir(run_name(config_path))
-                                                            : std::filesystem::path(run_dir_arg);
+  Communicator& world = anvil::world();
+  const bool root = world.rank() == 0;
+  if (run_dir_arg.empty()) {
+    // The default name holds the time; every rank must use rank 0's.
+    if (root) run_dir_arg = default_run_dir(run_name(config_path)).string();
+    broadcast_string(world, run_dir_arg, 0);
+  }
+  const std::filesystem::path run_dir(run_dir_arg);
   TrainRunOptions options;
   options.config = resolve_config(config_path, run_dir, resume, overrides);
   options.run_dir = run_dir;
   options.resume = resume;
   options.backend = backend;
   options.resume_command = resume_command(run_dir, backend, threads.value);
+  options.world = &world;
 
-  if (!options.config.data.synthetic && options.config.data.tokenizer.empty() &&
+  if (root && !options.config.data.synthetic && options.config.data.tokenizer.empty() &&
       sample_corpus_needs_preparing(options.config.data.path)) {
     prepare_sample_corpus(options.config.data.path,
                           static_cast<int>(options.config.model.vocab_size));
   }
+  world.barrier();
 
   const TrainResult result = run_training(options);
+  if (!root) return 0;
   if (result.steps_this_run > 0) {
     log_info("trained steps {}-{}: final loss {:.4f}{} | {:.0f} tokens/s ({:.1f} GFLOP/s) | peak "
              "RSS {:.0f} MB",

@@ -2,6 +2,7 @@
 #include "parallel/collectives.h"
 
 #include <bit>
+#include <cstring>
 
 namespace anvil {
 
@@ -34,6 +35,15 @@ int64_t all_ranks_sum(Communicator& comm, int64_t value) {
   int64_t total = 0;
   for (const int64_t v : all_gather_int64s(comm, std::span<const int64_t>(&value, 1))) total += v;
   return total;
+}
+
+void broadcast_string(Communicator& comm, std::string& text, int root) {
+  uint32_t length = static_cast<uint32_t>(text.size());
+  comm.broadcast(Tensor(&length, DType::u32, Shape{1}), root);
+  std::vector<uint32_t> words((length + 3) / 4, 0);
+  if (comm.rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  comm.broadcast(Tensor(words.data(), DType::u32, Shape{static_cast<int64_t>(words.size())}), root);
+  text.assign(reinterpret_cast<const char*>(words.data()), length);
 }
 
 }  // namespace anvil

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -18,5 +19,8 @@ std::vector<double> all_gather_doubles(Communicator& comm, std::span<const doubl
 
 // Returns the sum of one integer over all ranks (exact).
 int64_t all_ranks_sum(Communicator& comm, int64_t value);
+
+// Copies root's `text` into every rank's `text`.
+void broadcast_string(Communicator& comm, std::string& text, int root);
 
 }  // namespace anvil

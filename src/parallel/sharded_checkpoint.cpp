@@ -108,14 +108,14 @@ void write_optimizer(DataParallelEngine& engine, const std::filesystem::path& di
 
 }  // namespace
 
-void read_engine_weights(DataParallelEngine& engine, const std::filesystem::path& path) {
-  const SafetensorsFile file = SafetensorsFile::open(path);
+void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection& tensors) {
+  const std::string source = tensors.source().string();
   const ParameterLayout& layout = engine.model().parameters().layout();
   std::vector<float> converted;
   for (const ParameterInfo& p : layout.params()) {
-    const SafetensorsEntry& entry = file.at(p.name);
+    const SafetensorsEntry& entry = tensors.at(p.name);
     ANVIL_CHECK(entry.shape == dims_of(p.shape), "[checkpoint] {}: tensor '{}' has shape {}, "
-                "expected {}", path.string(), p.name, format_dims(entry.shape),
+                "expected {}", source, p.name, format_dims(entry.shape),
                 format_dims(dims_of(p.shape)));
     const auto [held_begin, held_end] = engine.weight_range(p.group);
     const int64_t lo = std::max(held_begin, p.offset);
@@ -189,7 +189,7 @@ void write_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::
 }
 
 void read_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir) {
-  read_engine_weights(engine, dir / kModelFile);
+  read_engine_weights(engine, SafetensorsCollection::open(dir / kModelFile));
   read_optimizer(engine, dir);
   engine.set_optimizer_steps(checkpoint_optimizer_step(dir));
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "io/safetensors_collection.h"
 #include "parallel/engine.h"
 
 namespace anvil {
@@ -27,9 +28,9 @@ void write_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::
 // throws "[checkpoint] <file>: ..." on a missing or inconsistent piece. No communication.
 void read_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir);
 
-// Loads only weights, from one safetensors file under Hugging Face names (f32, bf16 or f16),
-// each rank the part it holds (model.init_from).
-void read_engine_weights(DataParallelEngine& engine, const std::filesystem::path& path);
+// Loads only weights from tensors under Hugging Face names (f32, bf16 or f16: a file, or a
+// Hugging Face folder's shards), each rank the part it holds (model.init_from).
+void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection& tensors);
 
 // Returns the optimizer step recorded in a checkpoint folder's optimizer file(s).
 int64_t checkpoint_optimizer_step(const std::filesystem::path& dir);

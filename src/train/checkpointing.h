@@ -1,13 +1,16 @@
 // What a training checkpoint holds and how it is written and read back. A checkpoint folder
 // (checkpoints/step-NNNNNNN/, committed through io's CheckpointManager) contains:
-//   model.safetensors      f32 master weights under their Hugging Face names
-//   optimizer.safetensors  AdamW moments, one flat f32 tensor per parameter group
-//                          ("adamw.m.<g>", "adamw.v.<g>"), same layout as the groups
+//   model.safetensors      f32 master weights under their Hugging Face names (world rank 0)
+//   optimizer*.safetensors AdamW moments, "adamw.m.<g>" / "adamw.v.<g>" per parameter group:
+//                          optimizer.safetensors with one fsdp shard, else one file per shard
+//                          written by its owner (parallel/sharded_checkpoint.h)
 //   train_state.json       step, optimizer and scheduler step, data cursor, tokens seen,
-//                          the RNG seed, training seconds
+//                          the RNG seed, training seconds, the mesh that wrote it
 //   config.toml            the resolved configuration the run was using
 //   config.json            the Hugging Face config, so the folder loads as an HF model
-// Everything the next step depends on is in these files, which is what makes resume exact.
+// Everything the next step depends on is in these files, which is what makes resume exact;
+// any mesh can load a checkpoint that any other mesh wrote. Saving and selecting are
+// collective over the world: rank 0 prepares, verifies and commits, every rank writes its part.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +18,10 @@
 #include <optional>
 #include <string>
 
+#include "comm/communicator.h"
 #include "data/cursor.h"
 #include "io/checkpoint.h"
-#include "model/llama.h"
-#include "optim/adamw.h"
+#include "parallel/engine.h"
 #include "train/config.h"
 
 namespace anvil {
@@ -38,9 +41,11 @@ class CheckpointStore {
   CheckpointStore(std::filesystem::path checkpoints_dir, int keep)
       : manager_(std::move(checkpoints_dir), keep) {}
 
-  // Writes and commits the checkpoint of progress.step; returns its folder.
-  std::filesystem::path save(LlamaModel& model, const AdamW& optimizer,
-                             const TrainProgress& progress, const TrainConfig& config);
+  // Writes and commits the checkpoint of progress.step; returns its folder. Collective: rank
+  // 0 prepares the staging folder, every rank writes (and fsyncs) its files, and rank 0
+  // commits once all have, so COMMIT never names a folder with a missing shard.
+  std::filesystem::path save(DataParallelEngine& engine, const TrainProgress& progress,
+                             const TrainConfig& config);
   // Returns the newest committed checkpoint whose files verify (falling back past corrupt
   // ones with a warning), or nullopt when there is none.
   std::optional<std::filesystem::path> latest_valid() const;
@@ -51,20 +56,16 @@ class CheckpointStore {
 
 // Returns the checkpoint `--resume` selects: "never" -> none; "auto" -> the store's newest
 // valid one (none when the run has none); anything else is a checkpoint folder path.
+// Collective: rank 0 verifies the files and every rank gets its choice.
 std::optional<std::filesystem::path> select_resume_checkpoint(const std::string& resume,
-                                                              const CheckpointStore& store);
+                                                              const CheckpointStore& store,
+                                                              Communicator& world);
 
-// Loads weights, optimizer state and progress from a checkpoint folder into a model and
-// optimizer built for the same architecture; throws naming the file on any mismatch.
-TrainProgress load_checkpoint(const std::filesystem::path& dir, LlamaModel& model,
-                              AdamW& optimizer);
+// Loads weights, optimizer state and progress from a checkpoint folder (written by any mesh)
+// into an engine built for the same architecture; throws naming the file on any mismatch.
+TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngine& engine);
 
 // Returns the resolved config.toml text stored in a checkpoint folder.
 std::string read_checkpoint_config(const std::filesystem::path& dir);
-
-// Writes every parameter of `model` into one safetensors file under its Hugging Face name.
-void write_model_safetensors(LlamaModel& model, const std::filesystem::path& path);
-// Reads every parameter of `model` from a safetensors file (f32, bf16 or f16 on disk).
-void read_model_safetensors(LlamaModel& model, const std::filesystem::path& path);
 
 }  // namespace anvil

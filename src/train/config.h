@@ -63,9 +63,10 @@ struct OptimizerConfigSection {
   double wsd_decay_fraction = 0.2;
 };
 
+// dp x fsdp x tp = the job's ranks; 0 for dp or fsdp derives it (docs/distributed.md).
 struct ParallelConfigSection {
-  int64_t dp = 1;
-  int64_t fsdp = 1;
+  int64_t dp = 0;
+  int64_t fsdp = 0;
   int64_t tp = 1;
   int64_t zero_stage = 0;
   bool offload = false;

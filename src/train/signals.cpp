@@ -1,11 +1,17 @@
-// Signal handlers: async-signal-safe only (an atomic flag, write(2), signal(2), raise(3)).
+// Signal handlers (async-signal-safe only: an atomic flag, write(2), signal(2), raise(3)) and
+// the fault-injection hook of the restart tests.
 #include "train/signals.h"
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace anvil {
 namespace {
@@ -48,5 +54,19 @@ StopSignalGuard::~StopSignalGuard() {
 bool StopSignalGuard::stop_requested() { return g_signal.load() != 0; }
 
 int StopSignalGuard::signal_number() { return g_signal.load(); }
+
+void kill_self_if_test_asks(int64_t step, int rank, int world_size) {
+  const char* at = std::getenv("ANVIL_TEST_KILL_AT_STEP");
+  if (at == nullptr || std::atoll(at) != step) return;
+  const char* attempt = std::getenv("ANVIL_LAUNCH_ATTEMPT");
+  if (attempt != nullptr && std::string(attempt) != "0") return;
+  const char* victim = std::getenv("ANVIL_TEST_KILL_RANK");
+  if ((victim != nullptr ? std::atoi(victim) : world_size - 1) != rank) return;
+  std::fflush(stdout);
+  fmt::print(stderr, "anvil: test: rank {} kills itself with SIGKILL after step {} "
+             "(ANVIL_TEST_KILL_AT_STEP)\n", rank, step);
+  std::fflush(stderr);
+  ::raise(SIGKILL);
+}
 
 }  // namespace anvil

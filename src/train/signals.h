@@ -4,6 +4,8 @@
 // kills the process at once (the last committed checkpoint stays valid).
 #pragma once
 
+#include <cstdint>
+
 namespace anvil {
 
 // Installs the handlers for the lifetime of the returned guard; restores the previous ones
@@ -20,5 +22,10 @@ class StopSignalGuard {
   // Returns the number of the first signal received (0 when none).
   static int signal_number();
 };
+
+// Fault injection for the restart tests: when ANVIL_TEST_KILL_AT_STEP equals `step`, the rank
+// ANVIL_TEST_KILL_RANK (default: the last one) kills itself with SIGKILL, once per launch
+// (only while ANVIL_LAUNCH_ATTEMPT, set by `anvil launch`, is absent or 0).
+void kill_self_if_test_asks(int64_t step, int rank, int world_size);
 
 }  // namespace anvil

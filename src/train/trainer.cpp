@@ -1,8 +1,11 @@
-// The training loop (see trainer.h). A step: fill the whole global batch on the host, count
-// its trained target tokens N, run every micro-batch's forward/backward with gradient scale
-// 1/N (gradients accumulate), take the global gradient norm, clip, and apply AdamW at the
-// scheduled rate. Nothing in a step depends on wall time or on anything outside the
-// checkpointed state, so a resumed run repeats the uninterrupted one bit for bit.
+// The training loop (see trainer.h). A step: fill this rank's micro-batches of the global
+// batch on the host (micro-step m of data rank r reads BatchLayout's samples), and let the
+// parallel engine count the global batch's trained tokens N, run every micro-batch's
+// forward/backward with gradient scale 1/N, reduce the gradients in the global micro-batch
+// order, clip by the global norm and apply AdamW at the scheduled rate. One process is the
+// engine at world size 1. Nothing in a step depends on wall time, the world size or anything
+// outside the checkpointed state, so a resumed run repeats the uninterrupted one bit for bit.
+// World rank 0 alone prints, writes metrics and the run's files.
 #include "train/trainer.h"
 
 #include <fmt/format.h>
@@ -14,12 +17,15 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threading.h"
 #include "model/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "optim/lr_schedule.h"
+#include "parallel/engine.h"
+#include "parallel/sharded_checkpoint.h"
 #include "train/checkpointing.h"
 #include "train/data_sources.h"
 #include "train/metrics.h"
@@ -50,14 +56,15 @@ class HostBatch {
         loss_mask_(tokens_.size()),
         doc_ids_(with_doc_ids ? tokens_.size() : 0) {}
 
-  // Fills rows [0, count) with samples [first, first + count) of `source`.
-  void fill(SampleSource& source, int64_t first, int count) {
+  // Fills rows [row, row + count) with samples [first, first + count) of `source`.
+  void fill(SampleSource& source, int64_t row, int64_t first, int count) {
+    const size_t offset = static_cast<size_t>(row) * seq_;
     const Shape shape{count, seq_};
-    const Tensor doc_ids(doc_ids_.data(), DType::i32, shape);
-    const Tensor loss_mask(loss_mask_.data(), DType::f32, shape);
-    source.fill(first, count, Tensor(tokens_.data(), DType::i32, shape),
-                Tensor(targets_.data(), DType::i32, shape), doc_ids_.empty() ? nullptr : &doc_ids,
-                &loss_mask);
+    const Tensor doc_ids(doc_ids_.data() + (doc_ids_.empty() ? 0 : offset), DType::i32, shape);
+    const Tensor loss_mask(loss_mask_.data() + offset, DType::f32, shape);
+    source.fill(first, count, Tensor(tokens_.data() + offset, DType::i32, shape),
+                Tensor(targets_.data() + offset, DType::i32, shape),
+                doc_ids_.empty() ? nullptr : &doc_ids, &loss_mask);
   }
 
   // Points `views` at rows [row, row + count) and returns the Batch that reads them.
@@ -105,15 +112,20 @@ class Trainer {
   EvalRecord evaluate(int64_t step);
   void save_checkpoint();
   void log_resume_config_changes(const std::string& saved_config_toml);
+  // Prints a line on world rank 0 only.
+  void message(const std::string& line);
 
   const TrainRunOptions& options_;
   const TrainConfig& config_;
+  Communicator& world_;
+  bool root_;
   RunDir run_;
   std::unique_ptr<Backend> backend_;
   TrainingData data_;
   LlamaConfig llama_;
+  std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<DataParallelEngine> engine_;
   LrSchedule schedule_;
   CheckpointStore store_;
   TrainProgress progress_;
@@ -132,6 +144,8 @@ class Trainer {
 Trainer::Trainer(const TrainRunOptions& options)
     : options_(options),
       config_(options.config),
+      world_(options.world != nullptr ? *options.world : anvil::world()),
+      root_(world_.rank() == 0),
       run_{options.run_dir},
       backend_(make_backend(options.backend)),
       data_(open_training_data(options.config)),
@@ -144,10 +158,6 @@ Trainer::Trainer(const TrainRunOptions& options)
       eval_batch_size_(static_cast<int>(eval_batch_size(options.config))),
       train_batch_(int64_t{micro_batch_} * grad_accum_, seq_len_, options.config.training.doc_mask),
       eval_batch_(eval_batch_size_, seq_len_, options.config.training.doc_mask) {
-  ANVIL_CHECK(config_.parallel.dp * config_.parallel.fsdp * config_.parallel.tp == 1 &&
-                  config_.parallel.zero_stage == 0 && !config_.parallel.offload,
-              "[train] the [parallel] settings need a multi-process launch, which anvil train "
-              "does not support yet; leave parallel.* at their defaults");
   ANVIL_CHECK(config_.lora.r == 0,
               "[train] lora.r = {} asks for LoRA adapters; anvil train pretrains full weights "
               "(set lora.r = 0)",
@@ -158,9 +168,20 @@ Trainer::Trainer(const TrainRunOptions& options)
   model_options.compute_dtype = parse_dtype(config_.training.dtype);
   model_options.activation_checkpointing = config_.training.activation_checkpointing;
   model_options.decay_embeddings = config_.optimizer.decay_embeddings;
-  model_ = std::make_unique<LlamaModel>(llama_, *backend_, model_options);
-  optimizer_ = std::make_unique<AdamW>(*backend_, optimizer_groups_for(*model_),
-                                       adamw_hyper_params_from(config_.optimizer));
+  ParallelSettings parallel;
+  parallel.dp = static_cast<int>(config_.parallel.dp);
+  parallel.fsdp = static_cast<int>(config_.parallel.fsdp);
+  parallel.tp = static_cast<int>(config_.parallel.tp);
+  parallel.zero_stage = static_cast<int>(config_.parallel.zero_stage);
+  parallel.offload = config_.parallel.offload;
+  mesh_ = std::make_unique<DeviceMesh>(world_, parallel);
+  model_ = std::make_unique<LlamaModel>(
+      llama_, *backend_, DataParallelEngine::model_options(model_options, parallel.zero_stage));
+  EngineOptions engine_options;
+  engine_options.hyper = adamw_hyper_params_from(config_.optimizer);
+  engine_options.grad_clip = config_.optimizer.grad_clip;
+  engine_options.micro_batches = grad_accum_;
+  engine_ = std::make_unique<DataParallelEngine>(*model_, *mesh_, engine_options);
   schedule_.kind = parse_lr_schedule_kind(config_.optimizer.schedule);
   schedule_.peak_lr = config_.optimizer.lr;
   schedule_.min_lr = config_.optimizer.min_lr;
@@ -184,15 +205,19 @@ void Trainer::log_resume_config_changes(const std::string& saved_config_toml) {
         },
         field.ref(one));
   }
-  if (!changed.empty()) {
+  if (!changed.empty() && root_) {
     log_warn("resuming with a configuration that differs from the checkpoint's in: {}",
              fmt::join(changed, ", "));
   }
 }
 
+void Trainer::message(const std::string& line) {
+  if (root_) printer_.message(line);
+}
+
 void Trainer::load_initial_weights() {
   if (config_.model.init_from.empty()) {
-    model_->init_weights(static_cast<uint64_t>(config_.training.seed));
+    engine_->init_weights(static_cast<uint64_t>(config_.training.seed));
     return;
   }
   const std::filesystem::path source = config_.model.init_from;
@@ -203,34 +228,37 @@ void Trainer::load_initial_weights() {
                 "[train] model.init_from {} holds a model with {}, but the [model] section "
                 "describes {}; make them agree",
                 source.string(), theirs.summary(), llama_.summary());
-    load_hf_weights(open_hf_tensors(source), *model_);
+    const SafetensorsCollection tensors = open_hf_tensors(source);
+    check_hf_tensors(tensors, llama_);
+    read_engine_weights(*engine_, tensors);
   } else {
     ANVIL_CHECK(std::filesystem::is_regular_file(source),
                 "[train] model.init_from: {} is neither a Hugging Face model folder "
                 "(config.json + safetensors) nor a .safetensors file",
                 source.string());
-    read_model_safetensors(*model_, source);
+    read_engine_weights(*engine_, SafetensorsCollection::open(source));
   }
-  printer_.message(fmt::format("initialised weights from {}", source.string()));
+  message(fmt::format("initialised weights from {}", source.string()));
 }
 
 void Trainer::start_or_resume() {
-  create_run_dir(run_.root);
+  if (root_) create_run_dir(run_.root);
+  world_.barrier();
   const std::optional<std::filesystem::path> checkpoint =
-      select_resume_checkpoint(options_.resume, store_);
+      select_resume_checkpoint(options_.resume, store_, world_);
   if (checkpoint) {
     log_resume_config_changes(read_checkpoint_config(*checkpoint));
-    progress_ = load_checkpoint(*checkpoint, *model_, *optimizer_);
+    progress_ = load_checkpoint(*checkpoint, *engine_);
     progress_.cursor.check_resumable_with(data_.stream);
     ANVIL_CHECK(progress_.step <= config_.training.steps,
                 "[train] checkpoint {} is at step {}, past training.steps = {}",
                 checkpoint->string(), progress_.step, config_.training.steps);
     last_saved_step_ = progress_.step;
     last_checkpoint_ = *checkpoint;
-    printer_.message(fmt::format("resumed from {} (step {}, sample {})", checkpoint->string(),
-                                 progress_.step, progress_.cursor.next_sample));
+    message(fmt::format("resumed from {} (step {}, sample {})", checkpoint->string(),
+                        progress_.step, progress_.cursor.next_sample));
   } else {
-    ANVIL_CHECK(options_.resume != "never" || !store_.latest_valid(),
+    ANVIL_CHECK(options_.resume != "never" || !root_ || !store_.latest_valid(),
                 "[train] run directory {} already holds checkpoints; continue it with "
                 "--resume auto, or choose another --run-dir",
                 run_.root.string());
@@ -238,95 +266,96 @@ void Trainer::start_or_resume() {
     progress_ = TrainProgress{};
     progress_.cursor = data_.stream;
   }
-  write_run_config(run_, config_);
+  if (root_) write_run_config(run_, config_);
 }
 
 StepOutcome Trainer::train_step(int64_t step) {
   const Clock::time_point begin = Clock::now();
-  const int global_rows = micro_batch_ * grad_accum_;
-  train_batch_.fill(*data_.train, progress_.cursor.next_sample, global_rows);
-
-  // The loss of a step is sum(token losses) / N over the whole global batch, so each
-  // micro-batch's gradient is scaled by 1/N with N counted before any backward runs.
+  BatchLayout layout;
+  layout.micro_batch = micro_batch_;
+  layout.grad_accum = grad_accum_;
+  layout.world_size = mesh_->data_world();
+  // Samples are numbered from the cursor: BatchLayout's step 0 is this step's global batch.
   std::vector<HostBatch::Views> views(static_cast<size_t>(grad_accum_));
   std::vector<Batch> micro_batches;
-  int64_t counted = 0;
   for (int m = 0; m < grad_accum_; ++m) {
-    micro_batches.push_back(train_batch_.micro_batch(int64_t{m} * micro_batch_, micro_batch_,
-                                                     views[static_cast<size_t>(m)]));
-    counted += model_->count_loss_tokens(micro_batches.back());
+    const int64_t row = int64_t{m} * micro_batch_;
+    train_batch_.fill(*data_.train, row,
+                      progress_.cursor.next_sample + layout.first_sample(0, m, mesh_->data_rank()),
+                      micro_batch_);
+    micro_batches.push_back(
+        train_batch_.micro_batch(row, micro_batch_, views[static_cast<size_t>(m)]));
   }
-  ANVIL_CHECK(counted > 0, "[train] step {}: the global batch has no trained target tokens", step);
-  model_->gradients().zero();
-  const float grad_scale = static_cast<float>(1.0 / static_cast<double>(counted));
-  LossSum loss;
-  for (const Batch& batch : micro_batches) loss += model_->forward_backward(batch, grad_scale);
-
   StepOutcome outcome;
-  outcome.loss = loss.mean();
-  outcome.grad_norm = global_grad_norm(*backend_, optimizer_->groups());
+  outcome.lr = schedule_.lr_at(step);
+  const StepReport report = engine_->train_step(micro_batches, outcome.lr);
+  outcome.loss = report.loss.mean();
+  outcome.grad_norm = report.grad_norm;
   ANVIL_CHECK(std::isfinite(outcome.grad_norm) && std::isfinite(outcome.loss),
               "[train] step {}: loss {} / gradient norm {} is not finite; lower optimizer.lr "
               "or set optimizer.grad_clip, then resume from the last checkpoint",
               step, outcome.loss, outcome.grad_norm);
-  outcome.lr = schedule_.lr_at(step);
-  optimizer_->step(outcome.lr, clip_coefficient(outcome.grad_norm, config_.optimizer.grad_clip));
   backend_->synchronize();
 
   progress_.step = step;
-  progress_.cursor.next_sample += global_rows;
-  progress_.tokens_seen += int64_t{global_rows} * seq_len_;
+  progress_.cursor.next_sample += layout.global_batch();
+  progress_.tokens_seen += layout.global_batch() * seq_len_;
   outcome.seconds = seconds_between(begin, Clock::now());
   progress_.train_seconds += outcome.seconds;
   return outcome;
 }
 
 EvalRecord Trainer::evaluate(int64_t step) {
-  LossSum total;
-  for (int64_t first = 0; first < data_.val_samples; first += eval_batch_size_) {
-    const int count =
-        static_cast<int>(std::min<int64_t>(eval_batch_size_, data_.val_samples - first));
-    eval_batch_.fill(*data_.val, first, count);
-    HostBatch::Views views;
-    total += model_->forward_loss(eval_batch_.micro_batch(0, count, views));
-  }
+  // Batch i runs on data rank i % world; the engine adds the sums in batch order.
+  const int64_t batches = (data_.val_samples + eval_batch_size_ - 1) / eval_batch_size_;
+  HostBatch::Views views;
+  const LossSum total = engine_->evaluate(batches, [&](int64_t i) {
+    const int64_t first = i * eval_batch_size_;
+    const int count = static_cast<int>(std::min<int64_t>(eval_batch_size_, data_.val_samples - first));
+    eval_batch_.fill(*data_.val, 0, first, count);
+    return eval_batch_.micro_batch(0, count, views);
+  });
   EvalRecord record;
   record.step = step;
   record.loss = total.mean();
   record.perplexity = std::exp(record.loss);
   record.tokens = total.count;
   record.elapsed_s = seconds_between(run_start_, Clock::now());
-  printer_.message(fmt::format("eval step {}: val loss {:.4f} | ppl {:.2f} | {} tokens", step,
-                               record.loss, record.perplexity, record.tokens));
+  message(fmt::format("eval step {}: val loss {:.4f} | ppl {:.2f} | {} tokens", step, record.loss,
+                      record.perplexity, record.tokens));
   return record;
 }
 
 void Trainer::save_checkpoint() {
   const Clock::time_point begin = Clock::now();
-  last_checkpoint_ = store_.save(*model_, *optimizer_, progress_, config_);
+  last_checkpoint_ = store_.save(*engine_, progress_, config_);
   last_saved_step_ = progress_.step;
-  printer_.message(fmt::format("checkpoint {} ({:.1f} s)", last_checkpoint_.string(),
-                               seconds_between(begin, Clock::now())));
+  message(fmt::format("checkpoint {} ({:.1f} s)", last_checkpoint_.string(),
+                      seconds_between(begin, Clock::now())));
 }
 
 TrainResult Trainer::run() {
   start_or_resume();
-  MetricsWriter metrics(run_.metrics_path(), last_saved_step_);
+  std::optional<MetricsWriter> metrics;
+  if (root_) metrics.emplace(run_.metrics_path(), last_saved_step_);
   const int64_t total_steps = config_.training.steps;
-  const int64_t tokens_per_step = int64_t{micro_batch_} * grad_accum_ * seq_len_;
+  const int64_t global_rows = int64_t{micro_batch_} * grad_accum_ * mesh_->data_world();
+  const int64_t tokens_per_step = global_rows * seq_len_;
   TrainResult result;
   result.run_dir = run_.root;
   result.flops_per_token = llama_.flops_per_token(seq_len_);
-  printer_.message(fmt::format("run {} | backend {} | {} threads", run_.root.string(),
-                               backend_->name(), num_threads()));
-  printer_.message(fmt::format("model {} ({:.2f}M parameters)", llama_.summary(),
-                               static_cast<double>(llama_.param_count()) / 1e6));
-  printer_.message(fmt::format("data {}", data_.description));
-  printer_.message(fmt::format("{} steps x {} sequences x {} tokens = {} tokens per step",
-                               total_steps, micro_batch_ * grad_accum_, seq_len_, tokens_per_step));
+  message(fmt::format("run {} | backend {} | {} threads{}", run_.root.string(), backend_->name(),
+                      num_threads(), world_.size() > 1 ? " per rank" : ""));
+  message(fmt::format("model {} ({:.2f}M parameters)", llama_.summary(),
+                      static_cast<double>(llama_.param_count()) / 1e6));
+  message(fmt::format("data {}", data_.description));
+  message(fmt::format("{} steps x {} sequences x {} tokens = {} tokens per step", total_steps,
+                      global_rows, seq_len_, tokens_per_step));
+  const std::string memory = engine_->memory_table();  // collective
+  message(memory);
 
   if (progress_.step == total_steps) {
-    printer_.message(fmt::format("nothing to do: the run is complete at step {}", total_steps));
+    message(fmt::format("nothing to do: the run is complete at step {}", total_steps));
   }
   StopSignalGuard signals;
   const int64_t first_step = progress_.step + 1;
@@ -345,13 +374,17 @@ TrainResult Trainer::run() {
     ema_step_seconds =
         steps_done == 1 ? outcome.seconds : 0.9 * ema_step_seconds + 0.1 * outcome.seconds;
     const double step_tokens_per_s = static_cast<double>(tokens_per_step) / outcome.seconds;
-    metrics.write(TrainStepRecord{step, outcome.loss, outcome.lr, outcome.grad_norm,
-                                  progress_.tokens_seen, step_tokens_per_s,
-                                  seconds_between(run_start_, Clock::now())});
-    printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
-                               step_tokens_per_s, step_tokens_per_s * result.flops_per_token / 1e9,
-                               ema_step_seconds * static_cast<double>(total_steps - step),
-                               peak_rss_mb()});
+    if (root_) {
+      metrics->write(TrainStepRecord{step, outcome.loss, outcome.lr, outcome.grad_norm,
+                                     progress_.tokens_seen, step_tokens_per_s,
+                                     seconds_between(run_start_, Clock::now())});
+      printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
+                                 step_tokens_per_s,
+                                 step_tokens_per_s * result.flops_per_token / 1e9,
+                                 ema_step_seconds * static_cast<double>(total_steps - step),
+                                 peak_rss_mb()});
+    }
+    kill_self_if_test_asks(step, world_.rank(), world_.size());
     result.final_loss = outcome.loss;
     result.steps_this_run = steps_done;
     result.tokens_this_run += tokens_per_step;
@@ -359,18 +392,20 @@ TrainResult Trainer::run() {
     if (data_.val &&
         ((config_.training.eval_every > 0 && step % config_.training.eval_every == 0) || last)) {
       const EvalRecord record = evaluate(step);
-      metrics.write(record);
+      if (root_) metrics->write(record);
       result.final_val_loss = record.loss;
     }
-    const bool stop = StopSignalGuard::stop_requested();
+    // Ranks receive a stop signal at slightly different times; they agree on the step.
+    int32_t stop_signal = StopSignalGuard::signal_number();
+    world_.all_reduce(Tensor(&stop_signal, DType::i32, Shape{1}), ReduceOp::max);
+    const bool stop = stop_signal != 0;
     if ((config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) || last || stop) {
       save_checkpoint();
     }
     if (stop) {
       result.stopped_by_signal = true;
-      printer_.message(fmt::format("stopped by signal {} after step {}/{}; resume with: {}",
-                                   StopSignalGuard::signal_number(), step, total_steps,
-                                   options_.resume_command));
+      message(fmt::format("stopped by signal {} after step {}/{}; resume with: {}", stop_signal,
+                          step, total_steps, options_.resume_command));
       break;
     }
   }

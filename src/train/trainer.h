@@ -2,14 +2,16 @@
 // optimizer step, the loss normalised by the counted target tokens of the whole global batch
 // (so the result equals PyTorch's mean cross-entropy over that batch), global-norm clipping,
 // the learning-rate schedule, periodic evaluation and checkpoints, exact resume, and a
-// graceful stop on SIGINT/SIGTERM. One process, one backend; the parallel layer wraps this
-// loop later without changing what a step computes.
+// graceful stop on SIGINT/SIGTERM. It runs on every rank of an MPI job (or one process):
+// the parallel engine applies data parallelism and ZeRO, and N ranks train exactly what one
+// process with the same global batch trains (docs/distributed.md).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 
+#include "comm/communicator.h"
 #include "train/config.h"
 
 namespace anvil {
@@ -20,13 +22,14 @@ struct TrainRunOptions {
   std::string resume = "auto";  // auto | never | checkpoint folder
   std::string backend = "cpu";
   std::string resume_command;  // the exact command that continues this run
+  Communicator* world = nullptr;  // the ranks that train together; null: anvil::world()
 };
 
 struct TrainResult {
   std::filesystem::path run_dir;
   int64_t final_step = 0;  // steps completed, counting earlier runs
   int64_t steps_this_run = 0;
-  int64_t tokens_this_run = 0;  // input tokens processed by this process
+  int64_t tokens_this_run = 0;  // input tokens of the global batches trained by this run
   double tokens_per_s = 0;      // steady state: steps after the first two of this run
   double flops_per_token = 0;
   double gflops_per_s = 0;

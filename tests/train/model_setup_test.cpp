@@ -1,5 +1,5 @@
 // The model a config builds: parameter counts of the presets (the numbers configs/README.md
-// states), and optimizer groups whose decay spans follow the model's parameter layout.
+// states), and optimizer decay spans that follow the model's parameter layout.
 #include "train/model_setup.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/llama_parameters.h"
+#include "parallel/shard_plan.h"
 #include "train/config.h"
 
 namespace anvil {
@@ -44,12 +45,12 @@ TEST(ModelSetupTest, OptimizerSpansFollowTheLayoutsDecayFlags) {
     options.max_batch = 1;
     options.decay_embeddings = decay_embeddings;
     LlamaModel model(llama_config_from(config.model), *backend, options);
-    const std::vector<OptimizerGroup> groups = optimizer_groups_for(model);
     const ParameterLayout& layout = model.parameters().layout();
-    ASSERT_EQ(static_cast<int>(groups.size()), layout.group_count());
-    for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<std::vector<ParamSpan>> spans = layout_decay_spans(layout);
+    ASSERT_EQ(static_cast<int>(spans.size()), layout.group_count());
+    for (size_t g = 0; g < spans.size(); ++g) {
       int64_t next = 0;
-      for (const ParamSpan& span : groups[g].spans) {
+      for (const ParamSpan& span : spans[g]) {
         EXPECT_EQ(span.offset, next);
         next += span.count;
       }
@@ -57,7 +58,7 @@ TEST(ModelSetupTest, OptimizerSpansFollowTheLayoutsDecayFlags) {
     }
     for (const ParameterInfo& info : layout.params()) {
       bool decays = false;
-      for (const ParamSpan& span : groups[static_cast<size_t>(info.group)].spans) {
+      for (const ParamSpan& span : spans[static_cast<size_t>(info.group)]) {
         if (info.offset >= span.offset && info.offset < span.offset + span.count) {
           decays = span.weight_decay;
           EXPECT_LE(info.offset + info.numel(), span.offset + span.count) << info.name;

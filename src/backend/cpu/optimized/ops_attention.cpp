@@ -1,6 +1,7 @@
 // OptimizedOps attention: the reference's argument checks, then the flash kernels of
 // attention.inc over OpenMP tasks. Forward tasks are (batch, kv head, query tile), dealt
-// round-robin (static, chunk 1) so the longer causal tiles spread evenly; backward tasks are
+// round-robin (static, chunk 1) in serpentine tile order (forward_task in
+// attention_common.inc) so the longer causal tiles spread evenly; backward tasks are
 // (batch, kv head), each owning its dk/dv and the dq of its query-head group, so no two tasks
 // write the same memory. Each thread gets its own slice of one scratch buffer that only grows.
 // When q, k, v (and dout) are bf16 and the CPU has AVX512-BF16, the bf16 dot-product kernels
