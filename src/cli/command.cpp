@@ -43,12 +43,13 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args) {
 }
 
 void ThreadOption::add_to(CLI::App& app) {
-  app.add_option("--threads", value,
+  option = app.add_option("--threads", value,
                  "CPU threads (default: ANVIL_NUM_THREADS, else all usable cores)");
 }
 
 void ThreadOption::configure() const {
-  configure_threads(value == 0 ? std::nullopt : std::optional<int>(value));
+  const bool given = option != nullptr && option->count() > 0;
+  configure_threads(given ? std::optional<int>(value) : std::nullopt);
 }
 
 }  // namespace anvil::cli

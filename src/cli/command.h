@@ -30,6 +30,7 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args);
 // Adds --threads and applies it (with ANVIL_NUM_THREADS) after parsing via configure().
 struct ThreadOption {
   int value = 0;
+  CLI::Option* option = nullptr;  // to tell "--threads 0" (an error) from no flag
   void add_to(CLI::App& app);
   void configure() const;
 };

@@ -43,9 +43,10 @@ void ProgressPrinter::step(const ProgressStep& s) {
   if (terminal_) {
     fmt::print(stdout, "\r\033[K{}", line);
     line_open_ = true;
-  } else if (s.step == 1 || s.step == s.total_steps || s.step % every_ == 0) {
+  } else if (!printed_a_step_ || s.step == s.total_steps || s.step % every_ == 0) {
     fmt::print(stdout, "{}\n", line);
   }
+  printed_a_step_ = true;
   std::fflush(stdout);
 }
 

@@ -1,6 +1,7 @@
 // The progress view of a training run on stdout. On a terminal one line is redrawn in place
-// every step; otherwise (a log file, a pipe) a plain line is printed every `every` steps and at
-// the first and last step, so logs stay readable and grep-able. Messages printed between
+// every step; otherwise (a log file, a pipe) a plain line is printed every `every` steps, at
+// the first and last step, and at the first step this process runs (a resumed run shows where
+// it continues), so logs stay readable and grep-able. Messages printed between
 // steps (evaluations, checkpoints) go through message() so they never collide with the
 // redrawn line.
 #pragma once
@@ -36,6 +37,7 @@ class ProgressPrinter {
   bool terminal_;
   int64_t every_;
   bool line_open_ = false;
+  bool printed_a_step_ = false;
 };
 
 // Returns "2m05s", "1h03m" or "12s" for a duration in seconds.

@@ -151,7 +151,8 @@ Trainer::Trainer(const TrainRunOptions& options)
       data_(open_training_data(options.config)),
       llama_(llama_config_from(options.config.model)),
       store_(run_.checkpoints_dir(), static_cast<int>(options.config.checkpoint.keep)),
-      printer_(stdout_is_terminal(), options.config.logging.every),
+      // Open MPI gives ranks a pseudo-terminal whatever mpirun writes to: plain lines then.
+      printer_(stdout_is_terminal() && world_.size() == 1, options.config.logging.every),
       micro_batch_(static_cast<int>(options.config.training.batch_size)),
       grad_accum_(static_cast<int>(options.config.training.grad_accum)),
       seq_len_(static_cast<int>(options.config.training.seq_len)),
