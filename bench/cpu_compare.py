@@ -46,6 +46,8 @@ QUICK_CONFIGS = {
     "4M seq128 b4": dict(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=704,
                          vocab_size=4096, seq_len=128, batch_size=4),
 }
+# Steps each side leaves out of its steady-state tokens/s (anvil's trainer and torch_llama.py).
+WARMUP_STEPS_EXCLUDED = 2
 # Optimizer settings passed explicitly to both sides so neither depends on the other's defaults.
 OPTIMIZER = dict(lr=2e-3, min_lr=2e-4, schedule="cosine", warmup_steps=2, weight_decay=0.1,
                  beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0)
@@ -207,6 +209,18 @@ def update_ceilings(args, ceilings):
         file=sys.stderr, flush=True)
 
 
+def short_run_cpu_seconds(args, side, work, cfg, dtype):
+    """Returns (process CPU seconds of the same run with only the excluded warm-up steps,
+    error). Subtracting it from the full run's leaves the steady-state steps' CPU time."""
+    steps = WARMUP_STEPS_EXCLUDED
+    run_dir = os.path.join(work, "short-run")
+    cmd = (anvil_command(args.anvil, run_dir, args.threads, cfg, dtype, steps) if side == "anvil"
+           else torch_command(args.python, args.threads, cfg, dtype, steps))
+    summary, error = run_json(cmd, args.timeout)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return (None, error) if error else (summary["process_cpu_seconds"], None)
+
+
 def measure(args, configs, ceilings):
     """Returns [(name, cfg, dtype, runs, errors)], alternating anvil and torch runs."""
     measured = []
@@ -227,6 +241,10 @@ def measure(args, configs, ceilings):
                         if errors[side]:
                             continue  # a side that failed once will fail again
                         summary, error = run_json(cmd, args.timeout)
+                        if not error and args.cpu_time:
+                            summary["short_cpu_seconds"], error = short_run_cpu_seconds(
+                                args, side, work, cfg, dtype)
+                        shutil.rmtree(run_dir, ignore_errors=True)
                         if error:
                             errors[side] = error
                         else:
@@ -234,7 +252,6 @@ def measure(args, configs, ceilings):
                         print(f"# {name} {dtype} rep {rep + 1}/{args.reps} {side}: "
                               + (error or f"{summary['tokens_per_s']:.0f} tok/s"),
                               file=sys.stderr, flush=True)
-                    shutil.rmtree(run_dir, ignore_errors=True)
                 measured.append((name, cfg, dtype, runs, errors))
             update_ceilings(args, ceilings)
     finally:
@@ -248,6 +265,15 @@ def mfu_ceiling(ceilings, dtype):
                   (ceilings.get(f"anvil_{dtype}_gflops"), "anvil kernel_bench")]
     candidates = [c for c in candidates if c[0]]
     return max(candidates) if candidates else (None, "none")
+
+
+def steady_tokens_per_cpu_second(run, cfg):
+    """Returns tokens per CPU-second of the steps after the warm-up ones, from the CPU time of
+    the full run minus that of a run of only the warm-up steps (start-up cancels out)."""
+    steady_steps = run["steps"] - WARMUP_STEPS_EXCLUDED
+    cpu = run["process_cpu_seconds"] - run["short_cpu_seconds"]
+    tokens = steady_steps * cfg["batch_size"] * cfg["seq_len"]
+    return tokens / cpu if steady_steps > 0 and cpu > 0 else None
 
 
 def summarise(name, cfg, dtype, runs, errors, ceilings):
@@ -266,6 +292,8 @@ def summarise(name, cfg, dtype, runs, errors, ceilings):
             "peak_rss_mb": max(r["peak_rss_mb"] for r in runs[side]) if rates else None,
             "final_loss": best["final_loss"] if best else None,
             "process_cpu_seconds_all": [r["process_cpu_seconds"] for r in runs[side]],
+            "tokens_per_cpu_s_all": [steady_tokens_per_cpu_second(r, cfg)
+                                     for r in runs[side] if "short_cpu_seconds" in r],
         }
         row[side]["mfu"] = ratio(row[side]["gflops_per_s"], ceiling)
         if side == "anvil" and best:
@@ -278,34 +306,45 @@ def summarise(name, cfg, dtype, runs, errors, ceilings):
     return row
 
 
-def report(args, results, ceilings, started, load_before, load_after):
+def pair_ratios(row):
+    """Returns anvil/torch tokens/s of each alternating (anvil, torch) repetition pair."""
+    return [a / t for a, t in zip(row["anvil"]["tokens_per_s_all"], row["torch"]["tokens_per_s_all"])
+            if t]
+
+
+def median_text(values):
+    return f"{statistics.median(values):.0f}" if values else "n/a"
+
+
+def report(context, results, ceilings):
+    c = context
     lines = []
     add = lines.append
-    add(f"Measured {started} with `bench/cpu_compare.py{' --quick' if args.quick else ''}` "
-        f"({args.reps} alternating repetitions per side, best kept; {args.steps} steps each, "
+    add(f"Measured {c['started']} with `bench/cpu_compare.py{' --quick' if c['quick'] else ''}` "
+        f"({c['reps']} alternating repetitions per side, best kept; {c['steps']} steps each, "
         "first 2 excluded).")
     add("")
-    add(f"- CPU: {cpu_model()} ({os.cpu_count()} logical CPUs visible), {args.threads} threads "
-        "for both sides")
-    add(f"- load average before/after: {load_before} / {load_after} (other processes share "
-        "the machine)")
-    add(f"- OPENBLAS_CORETYPE: {os.environ.get('OPENBLAS_CORETYPE', 'not set')}")
-    built = datetime.datetime.fromtimestamp(os.path.getmtime(args.anvil)).astimezone()
-    add(f"- anvil: {args.anvil} (built {built.strftime('%Y-%m-%d %H:%M %Z')} from commit "
-        f"{anvil_commit_state()}), backend "
+    add(f"- CPU: {c['cpu']} ({c['cpus']} logical CPUs visible), {c['threads']} threads for both "
+        "sides")
+    add(f"- load average before/after: {c['load_before']} / {c['load_after']} (other processes "
+        "share the machine)")
+    add(f"- OPENBLAS_CORETYPE: {c['openblas_coretype']}")
+    add(f"- anvil: {c['anvil']} (built {c['anvil_built']} from commit {c['anvil_commit']}), "
+        "backend "
         f"{next((r['anvil'].get('backend') for r in results if r['anvil'].get('backend')), '?')}")
     torch_row = next((r["torch"] for r in results if r["torch"].get("attention")), {})
-    add(f"- PyTorch {ceilings.get('torch_version', '?')} ({args.python}); attention "
+    add(f"- PyTorch {ceilings.get('torch_version', '?')} ({c['python']}); attention "
         f"{torch_row.get('attention', '?')}, AdamW {torch_row.get('adamw', '?')}; bf16 through "
         "torch.autocast on fp32 master weights; import baseline RSS "
         f"{fmt_num(ceilings.get('baseline_rss_mb'), '{:.0f}')} MB")
-    add(f"- GEMM ceiling, torch.matmul {ceilings.get('n', '?')}^3 at {args.threads} threads (best "
+    add(f"- GEMM ceiling, torch.matmul {ceilings.get('n', '?')}^3 at {c['threads']} threads (best "
         f"of 5 per measurement, best of {len(ceilings.get('f32_gflops_all', []))} measurements "
-        f"spread over the run): f32 {fmt_num(ceilings.get('f32_gflops'), '{:.1f}')} GFLOP/s, bf16 "
-        f"{fmt_num(ceilings.get('bf16_gflops'), '{:.1f}')} GFLOP/s")
+        f"spread over the run): f32 {fmt_num(ceilings.get('f32_gflops'), '{:.1f}')} GFLOP/s, "
+        f"bf16 {fmt_num(ceilings.get('bf16_gflops'), '{:.1f}')} GFLOP/s")
     if "anvil_f32_gflops" in ceilings:
         add(f"- GEMM ceiling, anvil bench/kernels `kernel_bench --sections gemm` "
-            f"({args.kernel_bench}; best of the same measurements): f32 {ceilings['anvil_f32_gflops']:.1f} GFLOP/s, bf16 "
+            f"({c['kernel_bench']}; best of the same measurements): f32 "
+            f"{ceilings['anvil_f32_gflops']:.1f} GFLOP/s, bf16 "
             f"{ceilings['anvil_bf16_gflops']:.1f} GFLOP/s")
     else:
         add("- GEMM ceiling through anvil's kernel_bench: not measured (pass --kernel-bench)")
@@ -313,18 +352,39 @@ def report(args, results, ceilings, started, load_before, load_after):
     add("- MFU = achieved GFLOP/s over the higher measured ceiling of the run's dtype: "
         + ", ".join(f"{d} {fmt_num(v, '{:.1f}')} GFLOP/s ({src})" for d, (v, src) in used.items()))
     add("")
-    add("| config | dtype | anvil tok/s | torch tok/s | anvil/torch | anvil GFLOP/s | "
-        "torch GFLOP/s | anvil MFU | torch MFU | anvil RSS MB | torch RSS MB | RSS anvil/torch |")
-    add("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    add("| config | dtype | anvil tok/s | torch tok/s | anvil/torch (best) | anvil/torch per pair: "
+        "median (range) | anvil GFLOP/s | torch GFLOP/s | anvil MFU | torch MFU | anvil RSS MB | "
+        "torch RSS MB | RSS anvil/torch | process CPU-s per run, anvil / torch (median) |")
+    add("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         a, t = r["anvil"], r["torch"]
+        pairs = pair_ratios(r)
+        pair_text = (f"{statistics.median(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
+                     if pairs else "n/a")
         add(f"| {r['config']} | {r['dtype']} | {fmt_num(a['tokens_per_s'], '{:.0f}')} | "
             f"{fmt_num(t['tokens_per_s'], '{:.0f}')} | "
-            f"{fmt_num(ratio(a['tokens_per_s'], t['tokens_per_s']), '{:.2f}')} | "
+            f"{fmt_num(ratio(a['tokens_per_s'], t['tokens_per_s']), '{:.2f}')} | {pair_text} | "
             f"{fmt_num(a['gflops_per_s'], '{:.1f}')} | {fmt_num(t['gflops_per_s'], '{:.1f}')} | "
             f"{fmt_num(a['mfu'], '{:.0%}')} | {fmt_num(t['mfu'], '{:.0%}')} | "
             f"{fmt_num(a['peak_rss_mb'], '{:.0f}')} | {fmt_num(t['peak_rss_mb'], '{:.0f}')} | "
-            f"{fmt_num(ratio(a['peak_rss_mb'], t['peak_rss_mb']), '{:.2f}')} |")
+            f"{fmt_num(ratio(a['peak_rss_mb'], t['peak_rss_mb']), '{:.2f}')} | "
+            f"{median_text(a['process_cpu_seconds_all'])} / "
+            f"{median_text(t['process_cpu_seconds_all'])} |")
+    if any(r["anvil"].get("tokens_per_cpu_s_all") or r["torch"].get("tokens_per_cpu_s_all")
+           for r in results):
+        add("")
+        add(f"CPU time ({c['threads']} thread(s)): steady-state tokens per CPU-second of each "
+            "process (CPU time of the full run minus that of a run of only the 2 warm-up "
+            "steps), best repetition. Unlike wall time this hardly depends on other load, but "
+            "with more than one thread it also counts threads spinning at barriers.")
+        add("")
+        add("| config | dtype | anvil tok/CPU-s | torch tok/CPU-s | anvil/torch |")
+        add("|---|---|---:|---:|---:|")
+        for r in results:
+            best = [max((v for v in r[side].get("tokens_per_cpu_s_all", []) if v), default=None)
+                    for side in ("anvil", "torch")]
+            add(f"| {r['config']} | {r['dtype']} | {fmt_num(best[0], '{:.0f}')} | "
+                f"{fmt_num(best[1], '{:.0f}')} | {fmt_num(ratio(*best), '{:.2f}')} |")
     notes = []
     for r in results:
         for side in ("anvil", "torch"):
@@ -351,7 +411,7 @@ def load_average():
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--anvil", default=os.path.join(REPO, "build", "src", "anvil"),
-                   help="anvil executable (default: build/anvil)")
+                   help="anvil executable (default: build/src/anvil)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter with torch for torch_llama.py (default: this one)")
     p.add_argument("--threads", type=int, default=2)
@@ -363,8 +423,18 @@ def main():
     p.add_argument("--configs", default="", help="comma-separated subset of the config names")
     p.add_argument("--quick", action="store_true", help="a small model, 5 steps, 1 repetition")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per run")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="also measure steady-state tokens per CPU-second (one extra short run "
+                        "per run; most meaningful with --threads 1 on a shared machine)")
     p.add_argument("--json", default="", help="also write the raw results here")
+    p.add_argument("--report-from", default="",
+                   help="print the report of an earlier --json file instead of measuring")
     args = p.parse_args()
+    if args.report_from:
+        with open(args.report_from) as f:
+            saved = json.load(f)
+        print(report(saved["context"], saved["results"], saved["ceilings"]))
+        return
     args.dtypes = [d for d in args.dtypes.split(",") if d]
     args.reps = args.reps or (1 if args.quick else 3)
     args.steps = args.steps or (5 if args.quick else 6)
@@ -379,22 +449,30 @@ def main():
             sys.exit(f"cpu_compare: unknown config {unknown}; choose from {list(configs)}")
         configs = {c: configs[c] for c in wanted}
 
-    started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    load_before = load_average()
+    now = datetime.datetime.now().astimezone
+    context = {
+        "started": now().strftime("%Y-%m-%d %H:%M %Z"), "load_before": load_average(),
+        "quick": args.quick, "reps": args.reps, "steps": args.steps, "threads": args.threads,
+        "cpu": cpu_model(), "cpus": os.cpu_count(),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "not set"),
+        "anvil": args.anvil, "anvil_commit": anvil_commit_state(),
+        "anvil_built": datetime.datetime.fromtimestamp(os.path.getmtime(args.anvil))
+        .astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "python": args.python, "kernel_bench": args.kernel_bench,
+    }
     begin = time.perf_counter()
     ceilings = {}
     measured = measure(args, configs, ceilings)
     results = [summarise(*m, ceilings) for m in measured]
-    load_after = load_average()
-    print(report(args, results, ceilings, started, load_before, load_after))
+    context["load_after"] = load_average()
+    for r in results:
+        for side in ("anvil", "torch"):
+            r[side].pop("stdout", None)
+    print(report(context, results, ceilings))
     print(f"# total {time.perf_counter() - begin:.0f} s", file=sys.stderr)
     if args.json:
-        for r in results:
-            for side in ("anvil", "torch"):
-                r[side].pop("stdout", None)
         with open(args.json, "w") as f:
-            json.dump({"started": started, "ceilings": ceilings, "results": results}, f, indent=1)
-
+            json.dump({"context": context, "ceilings": ceilings, "results": results}, f, indent=1)
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,8 @@ tokens from the same counter-based hash (data/synthetic.h), mean cross-entropy o
 global batch, global-norm clipping, torch.optim.AdamW with decay on matrices only (not the
 embedding unless asked), and the same warmup + cosine/linear/constant/wsd schedule
 (optim/lr_schedule.cpp). bf16 runs use torch.autocast on fp32 master weights; norms,
-softmax and the loss stay in fp32.
+softmax and the loss stay in fp32, and the logits are bf16 as autocast makes them (HF's
+behaviour) unless --f32-head.
 
 Works with torch 1.13 (explicit causal softmax attention) and 2.x (scaled_dot_product_attention).
 The last stdout line is a JSON summary with the keys of anvil's --logging.json summary.
@@ -238,7 +239,11 @@ class LlamaForCausalLM(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False)
             else:
                 x = layer(x, cos, sin)
-        logits = F.linear(self.model.norm(x), self.head_weight())
+        if self.cfg.f32_head:
+            with torch.autocast("cpu", enabled=False):
+                logits = F.linear(self.model.norm(x).float(), self.head_weight())
+        else:
+            logits = F.linear(self.model.norm(x), self.head_weight())
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1),
                                reduction="sum")
 
@@ -416,6 +421,9 @@ def parse_args(argv=None):
     a("--grad-accum", type=int, default=1)
     a("--dtype", choices=["f32", "bf16"], default="f32")
     a("--activation-checkpointing", action="store_true")
+    a("--f32-head", action="store_true",
+      help="bf16: run the lm_head GEMM in f32 (anvil keeps logits f32; autocast rounds them to "
+           "bf16, which changes the training trajectory after a few steps)")
     a("--seed", type=int, default=1337, help="data seed (anvil's training.seed) and init seed")
     a("--lr", type=float, default=2e-3)
     a("--min-lr", type=float, default=2e-4)

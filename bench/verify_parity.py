@@ -40,6 +40,8 @@ def model_args(cfg):
              "--warmup-steps", cfg.warmup_steps]
     if cfg.tie_embeddings:
         torch.append("--tie-embeddings")
+    if cfg.torch_f32_head:
+        torch.append("--f32-head")
     return anvil, [str(x) for x in torch]
 
 
@@ -77,6 +79,9 @@ def main():
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--tie-embeddings", action="store_true")
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    p.add_argument("--torch-f32-head", action="store_true",
+                   help="bf16: keep the torch logits f32 as anvil does (autocast makes them "
+                        "bf16, after which the two trajectories drift apart within a few steps)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--seed", type=int, default=1337)

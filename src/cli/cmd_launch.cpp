@@ -84,7 +84,7 @@ int run_launch_command(const std::vector<std::string>& raw_args) {
   app.add_option("--max-restarts", options.max_restarts,
                  "restarts allowed after a rank failure")->capture_default_str();
   app.add_option("--stop-timeout", options.stop_timeout_s,
-                 "seconds ranks get to checkpoint after SIGTERM before they are killed")
+                 "seconds ranks get to checkpoint after SIGTERM or SIGINT to the launcher")
       ->capture_default_str();
   app.add_option("--mpirun", options.mpirun, "the mpirun executable")->capture_default_str();
   if (!parse_args(app, own_args)) return 0;

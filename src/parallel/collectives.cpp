@@ -19,7 +19,9 @@ std::vector<int64_t> all_gather_int64s(Communicator& comm, std::span<const int64
   std::vector<uint64_t> words(values.size());
   for (size_t i = 0; i < values.size(); ++i) words[i] = static_cast<uint64_t>(values[i]);
   std::vector<int64_t> out;
-  for (const uint64_t word : all_gather_words(comm, words)) out.push_back(static_cast<int64_t>(word));
+  for (const uint64_t word : all_gather_words(comm, words)) {
+    out.push_back(static_cast<int64_t>(word));
+  }
   return out;
 }
 
@@ -27,7 +29,9 @@ std::vector<double> all_gather_doubles(Communicator& comm, std::span<const doubl
   std::vector<uint64_t> words(values.size());
   for (size_t i = 0; i < values.size(); ++i) words[i] = std::bit_cast<uint64_t>(values[i]);
   std::vector<double> out;
-  for (const uint64_t word : all_gather_words(comm, words)) out.push_back(std::bit_cast<double>(word));
+  for (const uint64_t word : all_gather_words(comm, words)) {
+    out.push_back(std::bit_cast<double>(word));
+  }
   return out;
 }
 

@@ -112,7 +112,9 @@ Tensor DataParallelEngine::optimizer_weights(int group) const {
 
 Tensor DataParallelEngine::optimizer_gradients(int group) const {
   const GroupShard& s = plan_.group(group);
-  if (stage_ >= 2) return whole(storage_[static_cast<size_t>(group)].grad_shard).flat(0, s.shard_length);
+  if (stage_ >= 2) {
+    return whole(storage_[static_cast<size_t>(group)].grad_shard).flat(0, s.shard_length);
+  }
   return model_->gradients().group(group).flat(s.shard_begin, s.shard_length);
 }
 
@@ -271,7 +273,8 @@ void DataParallelEngine::publish_weights() {
   for (int g = 0; g < plan_.group_count(); ++g) {
     const GroupShard& s = plan_.group(g);
     const Tensor replica = whole(storage_[static_cast<size_t>(g)].replica);
-    gathers.push_back(mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica));
+    gathers.push_back(
+        mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica));
   }
   for (auto& gather : gathers) gather->wait();
 }

@@ -137,7 +137,9 @@ void DataParallelEngine::reduce_gradient(int group) {
     if (micro_step_ > 0 && st.grad_sum.data() != nullptr) {
       backend.add(st.grad_sum.as(DType::f32, grad.shape), grad, grad);
     }
-    if (world.size() > 1) all_reduces_.push_back(world.all_reduce_async(grad, ReduceOp::ordered_sum));
+    if (world.size() > 1) {
+      all_reduces_.push_back(world.all_reduce_async(grad, ReduceOp::ordered_sum));
+    }
     return;
   }
   const GroupShard& s = plan_.group(group);

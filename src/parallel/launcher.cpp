@@ -86,7 +86,7 @@ class JobRun {
   JobRun& operator=(const JobRun&) = delete;
 
   // Relays output until mpirun exits; returns its wait status.
-  int supervise();
+  int supervise(int stop_timeout_s);
 
   const std::optional<RankFailure>& failure() const { return failure_; }
   Clock::time_point failure_seen() const { return failure_seen_; }
@@ -110,19 +110,31 @@ class JobRun {
     _exit(127);
   }
 
-  void forward_signals() {
+  // mpirun forwards SIGUSR1 to every rank untouched (its own SIGTERM handling kills ranks a
+  // second later), so a stop request travels as SIGUSR1; SIGTERM to mpirun is the fallback
+  // once the ranks have had stop_timeout_s.
+  void forward_signals(int stop_timeout_s) {
     const int received = g_stop_signals.load();
-    if (received == forwarded_signals_) return;
-    if (forwarded_signals_ == 0) {
-      log_launch("stopping: every rank finishes its step and writes a checkpoint (signal again "
-                 "to kill the job at once)");
-      kill(pid_, SIGTERM);
-    } else {
-      log_launch("killing the job");
-      kill(-pid_, SIGKILL);
-      kill(pid_, SIGKILL);
+    if (received != forwarded_signals_) {
+      if (forwarded_signals_ == 0) {
+        log_launch(fmt::format("stopping: every rank finishes its step and writes a checkpoint "
+                               "(up to {} s; signal again to kill the job at once)",
+                               stop_timeout_s));
+        kill(pid_, SIGUSR1);
+        stop_sent_at_ = Clock::now();
+      } else {
+        log_launch("killing the job");
+        kill(-pid_, SIGKILL);
+        kill(pid_, SIGKILL);
+      }
+      forwarded_signals_ = received;
     }
-    forwarded_signals_ = received;
+    if (forwarded_signals_ == 1 && !stop_escalated_ &&
+        Clock::now() - stop_sent_at_ > std::chrono::seconds(stop_timeout_s)) {
+      log_launch(fmt::format("the ranks did not stop within {} s; ending the job", stop_timeout_s));
+      kill(pid_, SIGTERM);
+      stop_escalated_ = true;
+    }
   }
 
   void handle_line(std::string_view raw);
@@ -132,6 +144,8 @@ class JobRun {
   bool recovering_;
   Clock::time_point failure_time_;
   int forwarded_signals_ = 0;
+  Clock::time_point stop_sent_at_;
+  bool stop_escalated_ = false;
   int pending_rank_ = -1;
   bool clean_stop_ = false;
   bool recovery_reported_ = false;
@@ -164,7 +178,9 @@ void JobRun::handle_line(std::string_view raw) {
     if (last_error_.size() <= static_cast<size_t>(line.rank)) last_error_.resize(line.rank + 1);
     last_error_[static_cast<size_t>(line.rank)] = line.text;
   }
-  if (line.rank == 0 && line.text.find("stopped by signal") != std::string::npos) clean_stop_ = true;
+  if (line.rank == 0 && line.text.find("stopped by signal") != std::string::npos) {
+    clean_stop_ = true;
+  }
   if (line.rank == 0 && recovering_ && !recovery_reported_) {
     const long step = progress_step(line.text);
     if (step >= 0) {
@@ -176,14 +192,14 @@ void JobRun::handle_line(std::string_view raw) {
   }
 }
 
-int JobRun::supervise() {
+int JobRun::supervise(int stop_timeout_s) {
   std::string pending;
   char buffer[4096];
   int status = 0;
   bool exited = false;
   Clock::time_point exited_at;
   for (;;) {
-    forward_signals();
+    forward_signals(stop_timeout_s);
     pollfd descriptor{fd_, POLLIN, 0};
     const int ready = poll(&descriptor, 1, 200);
     if (ready > 0) {
@@ -232,9 +248,6 @@ std::vector<std::string> mpirun_command(const LaunchOptions& options, int attemp
   argv.push_back("--oversubscribe");
   if (as_root) argv.push_back("--allow-run-as-root");
   argv.push_back("--tag-output");
-  // mpirun turns its SIGTERM into SIGTERM for every rank, then SIGKILL after this many seconds.
-  argv.insert(argv.end(), {"--mca", "odls_base_sigkill_timeout",
-                           std::to_string(options.stop_timeout_s)});
   for (const std::string& variable : options.exported_env) {
     argv.push_back("-x");
     argv.push_back(variable);
@@ -306,13 +319,16 @@ int run_launch(const LaunchOptions& options) {
     const std::vector<std::string> argv = mpirun_command(options, attempt, as_root, args);
     if (attempt == 0) log_launch(fmt::format("{} ranks: {}", options.nproc, fmt::join(argv, " ")));
     JobRun run(argv, attempt > 0, failure_time);
-    const int status = run.supervise();
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    const int status = run.supervise(options.stop_timeout_s);
+    const bool succeeded = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (run.stop_forwarded()) {
-      log_launch(run.clean_stop_reported() ? "stopped; every rank wrote its checkpoint"
-                                           : "stopped before rank 0 reported a checkpoint");
-      return run.clean_stop_reported() ? 0 : 1;
+      // A run that finished as the signal came in ended just as well.
+      const bool clean = run.clean_stop_reported() || succeeded;
+      log_launch(clean ? "stopped; every rank wrote its checkpoint"
+                       : "stopped before rank 0 reported a checkpoint");
+      return clean ? 0 : 1;
     }
+    if (succeeded) return 0;
     failure_time = run.failure() ? run.failure_seen() : Clock::now();
     if (run.failure()) {
       log_launch(fmt::format("rank {} failed: {}", run.failure()->rank, run.failure()->reason));

@@ -2,10 +2,11 @@
 // lines as they are, other ranks' prefixed "[rank N]"), and when a rank dies (crash, signal,
 // non-zero exit: mpirun then ends the whole job) names the rank and the reason and starts the
 // job again with the restart command (which resumes from the newest committed checkpoint),
-// until the restart budget is spent. SIGINT/SIGTERM to the launcher become one SIGTERM to
-// mpirun, which forwards it to every rank and allows them `stop_timeout_s` to checkpoint and
-// exit before it kills them; a second signal kills the job at once. mpirun runs in its own
-// process group so a terminal's Ctrl-C reaches it only through the launcher.
+// until the restart budget is spent. SIGINT/SIGTERM to the launcher become one SIGUSR1 to
+// mpirun, which forwards it to every rank (the trainer stops on it like on SIGTERM: finish the
+// step, checkpoint, exit); after `stop_timeout_s` the job is ended, and a second signal kills
+// it at once. mpirun runs in its own process group so a terminal's Ctrl-C reaches it only
+// through the launcher.
 #pragma once
 
 #include <optional>
@@ -28,8 +29,8 @@ struct LaunchOptions {
 };
 
 // Returns mpirun's argv for one start: -np, the hostfile, --oversubscribe,
-// --allow-run-as-root when `as_root`, --tag-output, the stop timeout, -x for each exported
-// variable and ANVIL_LAUNCH_ATTEMPT=<attempt>, then the program and `args`.
+// --allow-run-as-root when `as_root`, --tag-output, -x for each exported variable and
+// ANVIL_LAUNCH_ATTEMPT=<attempt>, then the program and `args`.
 std::vector<std::string> mpirun_command(const LaunchOptions& options, int attempt, bool as_root,
                                         const std::vector<std::string>& args);
 

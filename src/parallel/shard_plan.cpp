@@ -63,9 +63,10 @@ std::vector<std::vector<ParamSpan>> layout_decay_spans(const ParameterLayout& la
   std::vector<std::vector<ParamSpan>> spans(static_cast<size_t>(layout.group_count()));
   std::vector<const ParameterInfo*> params;
   for (const ParameterInfo& info : layout.params()) params.push_back(&info);
-  std::stable_sort(params.begin(), params.end(), [](const ParameterInfo* a, const ParameterInfo* b) {
-    return a->group != b->group ? a->group < b->group : a->offset < b->offset;
-  });
+  std::stable_sort(params.begin(), params.end(),
+                   [](const ParameterInfo* a, const ParameterInfo* b) {
+                     return a->group != b->group ? a->group < b->group : a->offset < b->offset;
+                   });
   for (size_t i = 0; i < params.size(); ++i) {
     const ParameterInfo& info = *params[i];
     const bool last_in_group = i + 1 == params.size() || params[i + 1]->group != info.group;

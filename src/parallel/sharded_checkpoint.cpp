@@ -34,7 +34,8 @@ std::vector<std::filesystem::path> optimizer_files(const std::filesystem::path& 
       files.push_back(entry.path());
     }
   }
-  ANVIL_CHECK(!error, "[checkpoint] {}: cannot list the folder ({})", dir.string(), error.message());
+  ANVIL_CHECK(!error, "[checkpoint] {}: cannot list the folder ({})", dir.string(),
+              error.message());
   ANVIL_CHECK(!files.empty(), "[checkpoint] {}: no optimizer*.safetensors file", dir.string());
   std::sort(files.begin(), files.end());
   return files;
@@ -72,7 +73,8 @@ void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
   SafetensorsWriter file;
   file.set_metadata("format", "pt");
   for (const ParameterInfo& p : layout.params()) {
-    file.add(p.name, "F32", dims_of(p.shape), groups[static_cast<size_t>(p.group)].data() + p.offset,
+    const float* values = groups[static_cast<size_t>(p.group)].data() + p.offset;
+    file.add(p.name, "F32", dims_of(p.shape), values,
              static_cast<uint64_t>(p.numel()) * sizeof(float));
   }
   file.write(dir / kModelFile);
@@ -166,7 +168,8 @@ void read_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir
       const int64_t hi = std::min(offset + entry.numel(), s.shard_begin + s.shard_length);
       if (lo >= hi) continue;
       const Tensor target = engine.moment(group, which).flat(lo - s.shard_begin, hi - lo);
-      backend.copy_from_host(target, entry.data + (lo - offset) * static_cast<int64_t>(sizeof(float)));
+      backend.copy_from_host(target,
+                             entry.data + (lo - offset) * static_cast<int64_t>(sizeof(float)));
       found[static_cast<size_t>(group)][static_cast<size_t>(which)] += hi - lo;
     }
   }
@@ -201,8 +204,9 @@ int64_t checkpoint_optimizer_step(const std::filesystem::path& dir) {
     const auto it = file.metadata().find("step");
     ANVIL_CHECK(it != file.metadata().end(), "[checkpoint] {}: no 'step' metadata", path.string());
     int64_t value = 0;
-    const auto [ptr, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
-    ANVIL_CHECK(ec == std::errc() && ptr == it->second.data() + it->second.size() && value >= 0,
+    const std::string& text = it->second;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    ANVIL_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 0,
                 "[checkpoint] {}: 'step' metadata '{}' is not a step count", path.string(),
                 it->second);
     ANVIL_CHECK(step < 0 || step == value, "[checkpoint] {}: optimizer files disagree on the step "

@@ -19,6 +19,7 @@ namespace {
 std::atomic<int> g_signal{0};
 struct sigaction g_previous_int;
 struct sigaction g_previous_term;
+struct sigaction g_previous_usr1;
 
 void on_stop_signal(int signal) {
   int expected = 0;
@@ -44,11 +45,13 @@ StopSignalGuard::StopSignalGuard() {
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, &g_previous_int);
   sigaction(SIGTERM, &action, &g_previous_term);
+  sigaction(SIGUSR1, &action, &g_previous_usr1);
 }
 
 StopSignalGuard::~StopSignalGuard() {
   sigaction(SIGINT, &g_previous_int, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
+  sigaction(SIGUSR1, &g_previous_usr1, nullptr);
 }
 
 bool StopSignalGuard::stop_requested() { return g_signal.load() != 0; }

@@ -1,5 +1,7 @@
-// Graceful stop on SIGINT and SIGTERM. The first signal only raises a flag: the trainer
-// finishes the step in flight, writes a checkpoint and exits 0 with the command that resumes.
+// Graceful stop on SIGINT, SIGTERM and SIGUSR1 (what `anvil launch` sends: mpirun forwards
+// SIGUSR1 to every rank, while its own SIGTERM path kills ranks a second later). The first
+// signal only raises a flag: the trainer finishes the step in flight, writes a checkpoint and
+// exits 0 with the command that resumes.
 // A second signal restores the default action and re-raises it, so an impatient Ctrl-C still
 // kills the process at once (the last committed checkpoint stays valid).
 #pragma once
@@ -17,7 +19,7 @@ class StopSignalGuard {
   StopSignalGuard(const StopSignalGuard&) = delete;
   StopSignalGuard& operator=(const StopSignalGuard&) = delete;
 
-  // Returns true once SIGINT or SIGTERM has arrived.
+  // Returns true once SIGINT, SIGTERM or SIGUSR1 has arrived.
   static bool stop_requested();
   // Returns the number of the first signal received (0 when none).
   static int signal_number();

@@ -312,7 +312,8 @@ EvalRecord Trainer::evaluate(int64_t step) {
   HostBatch::Views views;
   const LossSum total = engine_->evaluate(batches, [&](int64_t i) {
     const int64_t first = i * eval_batch_size_;
-    const int count = static_cast<int>(std::min<int64_t>(eval_batch_size_, data_.val_samples - first));
+    const int count =
+        static_cast<int>(std::min<int64_t>(eval_batch_size_, data_.val_samples - first));
     eval_batch_.fill(*data_.val, 0, first, count);
     return eval_batch_.micro_batch(0, count, views);
   });

@@ -1,0 +1,27 @@
+# Shared by the parallel CLI tests: a tiny model on synthetic data (a step takes milliseconds),
+# one thread per rank, and metrics compared without their wall-clock fields.
+set -eu
+ANVIL=$1
+MPIRUN=$2
+WORK=$3
+rm -rf "$WORK"
+mkdir -p "$WORK"
+MPIFLAGS="--oversubscribe --allow-run-as-root"
+TINY="--threads 1 --data.synthetic=true --model.dim=32 --model.n_layers=2 --model.n_heads=4 \
+--model.n_kv_heads=2 --model.ffn_dim=88 --model.vocab_size=64 --model.max_seq_len=16 \
+--training.seq_len=16 --training.batch_size=2 --optimizer.schedule=constant \
+--optimizer.warmup_steps=0 --optimizer.grad_clip=0.5 --logging.every=1"
+
+# Prints a run's metrics.jsonl without tokens_per_s and elapsed_s.
+deterministic_metrics() {
+  sed -E 's/,"(tokens_per_s|elapsed_s)":[-0-9.eE+]+//g' "$1/metrics.jsonl"
+}
+
+# Fails unless two runs wrote identical deterministic metrics.
+same_metrics() {
+  if ! diff "$WORK/$1.metrics" "$WORK/$2.metrics" > "$WORK/diff.txt"; then
+    echo "FAIL: $1 and $2 differ:"
+    cat "$WORK/diff.txt"
+    exit 1
+  fi
+}
