@@ -410,7 +410,7 @@ def load_average():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--anvil", default=os.path.join(REPO, "build", "src", "anvil"),
+    p.add_argument("--anvil", default=os.path.join(REPO, "build", "anvil"),
                    help="anvil executable (default: build/src/anvil)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter with torch for torch_llama.py (default: this one)")

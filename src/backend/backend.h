@@ -8,6 +8,7 @@
 // A backend that lacks an op throws "[<name>] op <op> is not implemented"; nothing falls back.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,10 +137,20 @@ class Backend : public Allocator {
                           const Tensor& v, const AdamWParams& params,
                           const Tensor* param_copy) = 0;
 
+  // out = x * keep(i) / (1 - p) with keep(i) = (dropout_hash(seed, i) >> 40) >= p * 2^24, i the
+  // flat element index; out may alias x. The mask depends only on (seed, i), so the backward
+  // pass re-creates it by calling the op on the gradient with the same seed. p in [0, 1).
+  // x and out are f32 or bf16 (core/counter_hash.h has the formula).
+  virtual void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed) = 0;
+
   // Returns sum(x^2) accumulated in double precision (any float dtype).
   virtual double sum_squares(const Tensor& x) = 0;
   // Returns false when any element is NaN or infinite.
   virtual bool all_finite(const Tensor& x) = 0;
+
+  // Returns the most bytes this backend's device allocator has held at once, or -1 for a
+  // backend whose tensors live in host memory (the process's peak RSS covers those).
+  virtual int64_t peak_device_bytes() const { return -1; }
 };
 
 // Creates a backend by name: "cpu" (optimized), "cpu-ref" (reference loops), "cuda".

@@ -1,4 +1,5 @@
-// `anvil generate`: sample text from a trained run, a checkpoint or a Hugging Face directory.
+// `anvil generate`: sample text from a trained run, a checkpoint or a Hugging Face directory,
+// optionally with a PEFT LoRA adapter (--adapter), or chat with it (--chat, generate_chat.h).
 // The prompt is prefilled into
 // the model's KV cache in one call, then each new token costs one single-position step; tokens
 // are decoded and flushed to stdout as they come. Sampling is reproducible for a --seed.
@@ -7,10 +8,12 @@
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 #include <sstream>
 
 #include "backend/backend.h"
 #include "cli/command.h"
+#include "cli/generate_chat.h"
 #include "cli/model_source.h"
 #include "core/error.h"
 #include "model/kv_cache.h"
@@ -33,7 +36,14 @@ struct GenerateOptions {
   SamplingParams sampling{0.8f, 40, 0.95f, 0};
   bool greedy = false;
   std::string backend = "cpu";
+  std::string adapter_dir;
+  bool chat = false;
+  std::string chat_template;
+  std::string system;
 };
+
+// Longest chat context (KV cache and activations) when the model allows more.
+constexpr int kMaxChatContext = 4096;
 
 // Parses --prompt-ids ("1 2 3"), checking each id against the model's vocabulary.
 std::vector<int32_t> parse_prompt_ids(const std::string& text, int vocab_size) {
@@ -95,6 +105,17 @@ int run_generate(const std::vector<std::string>& args) {
   app.add_option("--seed", o.sampling.seed, "sampling seed")->capture_default_str();
   app.add_flag("--greedy", o.greedy, "always pick the most likely token");
   app.add_option("--backend", o.backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  app.add_option("--adapter", o.adapter_dir,
+                 "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors, "
+                 "from anvil or peft) applied to the model");
+  auto* chat_flag = app.add_flag(
+      "--chat", o.chat,
+      "chat: each stdin line is a user turn, rendered with the chat template; replies stream "
+      "until the end-of-turn token; end of input quits");
+  chat_flag->excludes("--prompt")->excludes("--prompt-ids")->excludes("--print-ids");
+  app.add_option("--chat-template", o.chat_template,
+                 "llama3, chatml, llama2 or plain (default: from the tokenizer)");
+  app.add_option("--system", o.system, "system message for --chat");
   ThreadOption threads;
   threads.add_to(app);
   if (!parse_args(app, args)) return 0;
@@ -108,7 +129,18 @@ int run_generate(const std::vector<std::string>& args) {
   if (o.greedy) o.sampling.temperature = 0.0f;
   o.sampling.validate();
 
-  const ModelSource source = resolve_model_source(source_path);
+  ModelSource source = resolve_model_source(source_path);
+  if (!o.adapter_dir.empty()) {
+    ANVIL_CHECK(!source.adapter.has_value(),
+                "[generate] {} already carries a LoRA adapter; --adapter applies to a base "
+                "model",
+                source.describe());
+    ANVIL_CHECK(std::filesystem::is_directory(o.adapter_dir),
+                "[generate] --adapter {}: no such directory", o.adapter_dir);
+    source.adapter = o.adapter_dir;
+  }
+  ANVIL_CHECK(o.chat_template.empty() || o.chat,
+              "[generate] --chat-template applies to --chat");
   const LlamaConfig& llama = source.config.llama;
   // A tokenizer is needed to encode a text prompt or to print text; ids alone need none.
   std::unique_ptr<Tokenizer> tokenizer;
@@ -123,6 +155,21 @@ int run_generate(const std::vector<std::string>& args) {
   }
 
   const std::unique_ptr<Backend> backend = make_backend(o.backend);
+  if (o.chat) {
+    ChatSettings chat;
+    chat.chat_template = o.chat_template;
+    chat.system = o.system;
+    chat.max_new_tokens = o.max_new_tokens;
+    chat.context = std::min(llama.max_seq_len, kMaxChatContext);
+    chat.sampling = o.sampling;
+    ModelOptions chat_options;
+    chat_options.max_batch = 1;
+    chat_options.max_seq = chat.context;
+    const std::unique_ptr<LlamaModel> model = load_source_model(source, *backend, chat_options);
+    const int replies = run_chat(chat, *model, *tokenizer, source.config, std::cin);
+    fmt::print(stderr, "[generate] {} replies from {}\n", replies, source.describe());
+    return 0;
+  }
   const std::vector<int32_t> prompt = o.prompt_ids.empty()
                                           ? prompt_ids(*tokenizer, o.prompt)
                                           : parse_prompt_ids(o.prompt_ids, llama.vocab_size);

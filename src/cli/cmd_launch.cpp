@@ -1,4 +1,4 @@
-// `anvil launch --nproc N [--hostfile F] [--max-restarts K] -- train <args>`: runs the
+// `anvil launch --nproc N [--hostfile F] [--max-restarts K] -- train|finetune <args>`: runs the
 // training command on N ranks under mpirun and restarts it from the newest committed
 // checkpoint when a rank dies (parallel/launcher.h). The run directory is fixed before the
 // first start (a default one is chosen when <args> name none) so every restart continues the
@@ -88,14 +88,15 @@ int run_launch_command(const std::vector<std::string>& raw_args) {
       ->capture_default_str();
   app.add_option("--mpirun", options.mpirun, "the mpirun executable")->capture_default_str();
   if (!parse_args(app, own_args)) return 0;
-  ANVIL_CHECK(!job.empty() && job.front() == "train",
-              "[launch] give the training command after '--', e.g. anvil launch --nproc 2 -- "
-              "train --config configs/tiny.toml");
+  ANVIL_CHECK(!job.empty() && (job.front() == "train" || job.front() == "finetune"),
+              "[launch] give the training command (train or finetune) after '--', e.g. anvil "
+              "launch --nproc 2 -- train --config configs/tiny.toml");
 
   if (option_value(job, "--run-dir").empty()) {
     const std::string config = option_value(job, "--config");
-    const std::string name =
-        config.empty() ? "tiny" : std::filesystem::path(config).stem().string();
+    const std::string name = !config.empty() ? std::filesystem::path(config).stem().string()
+                             : job.front() == "finetune" ? "sft"
+                                                         : "tiny";
     job.push_back("--run-dir");
     job.push_back(default_run_dir(name).string());
   }

@@ -8,7 +8,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/peft_adapter.h"
 #include "tokenizer/tokenizer.h"
+#include "train/base_model.h"
 #include "train/model_setup.h"
 #include "train/run_artifacts.h"
 
@@ -21,7 +23,21 @@ bool has_tokenizer_file(const fs::path& dir) {
   return fs::exists(dir / "tokenizer.json") || fs::exists(dir / "tokenizer.model");
 }
 
+// A LoRA checkpoint: the base directory (model.init_from, checked against the recorded
+// config hash) with the checkpoint as adapter.
+ModelSource lora_checkpoint_source(const RunCheckpoint& checkpoint) {
+  const fs::path base = checkpoint.config.model.init_from;
+  check_base_record(checkpoint.dir, base);
+  ModelSource source;
+  source.dir = base;
+  source.config = read_hf_config(base);
+  if (has_tokenizer_file(base)) source.tokenizer = base;
+  source.adapter = checkpoint.dir;
+  return source;
+}
+
 ModelSource checkpoint_source(const RunCheckpoint& checkpoint) {
+  if (checkpoint.config.lora.r > 0) return lora_checkpoint_source(checkpoint);
   ModelSource source;
   source.kind = ModelSource::Kind::anvil_checkpoint;
   source.dir = checkpoint.dir;
@@ -47,10 +63,13 @@ ModelSource checkpoint_source(const RunCheckpoint& checkpoint) {
 }  // namespace
 
 std::string ModelSource::describe() const {
+  const std::string with_adapter =
+      adapter ? fmt::format(" with the LoRA adapter {}", adapter->string()) : std::string();
   if (kind == Kind::hf_dir) {
-    return fmt::format("Hugging Face directory {} ({})", dir.string(), config.architecture);
+    return fmt::format("Hugging Face directory {} ({}){}", dir.string(), config.architecture,
+                       with_adapter);
   }
-  return fmt::format("anvil checkpoint {}", dir.string());
+  return fmt::format("anvil checkpoint {}{}", dir.string(), with_adapter);
 }
 
 ModelSource resolve_model_source(const fs::path& path) {
@@ -73,6 +92,10 @@ ModelSource resolve_model_source(const fs::path& path) {
 }
 
 SafetensorsCollection open_model_tensors(const ModelSource& source) {
+  ANVIL_CHECK(!source.adapter.has_value(),
+              "[model] {} is a LoRA adapter on {}; write a full model with: anvil export "
+              "--checkpoint {} --merge --out DIR",
+              source.adapter->string(), source.dir.string(), source.adapter->string());
   if (source.kind == ModelSource::Kind::anvil_checkpoint) {
     return SafetensorsCollection::open(source.dir / kSafetensorsSingleName);
   }
@@ -81,6 +104,15 @@ SafetensorsCollection open_model_tensors(const ModelSource& source) {
 
 std::unique_ptr<LlamaModel> load_source_model(const ModelSource& source, Backend& backend,
                                               const ModelOptions& options) {
+  if (source.adapter) {
+    ModelOptions adapted = options;
+    adapted.lora = read_peft_adapter_config(*source.adapter).lora;
+    adapted.lora.dropout = 0.0f;  // inference only
+    auto model = std::make_unique<LlamaModel>(source.config.llama, backend, adapted);
+    load_base_weights(source.dir, *model);
+    load_peft_adapter(*source.adapter, *model);
+    return model;
+  }
   if (source.kind == ModelSource::Kind::hf_dir) return load_hf_model(source.dir, backend, options);
   const SafetensorsCollection tensors = open_model_tensors(source);
   check_hf_tensors(tensors, source.config.llama);

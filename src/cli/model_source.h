@@ -1,8 +1,10 @@
 // The model a command names with --model / --from: a Hugging Face directory (config.json plus
 // safetensors; an `anvil convert --format anvil` directory is one too), an anvil checkpoint
 // folder (manifest.json marks it; verified, read through its config.toml, which also names the
-// tokenizer), or a run directory (its newest valid checkpoint). Shared by `anvil convert` and `anvil eval` so both accept exactly
-// the same sources and describe them the same way.
+// tokenizer), or a run directory (its newest valid checkpoint). A LoRA run's checkpoint is
+// its base model directory plus the checkpoint's PEFT adapter. Shared by `anvil convert`,
+// `anvil eval` and `anvil generate` so they accept exactly the same sources and describe them
+// the same way.
 #pragma once
 
 #include <filesystem>
@@ -22,6 +24,9 @@ struct ModelSource {
   HfModelConfig config;       // a checkpoint's is built from its config.toml
   // The tokenizer the model was trained with (file or directory), when it can be found.
   std::optional<std::filesystem::path> tokenizer;
+  // A PEFT adapter folder applied on top of the weights (a LoRA run's checkpoint resolves to
+  // its base directory plus this; `anvil generate --adapter` sets it too).
+  std::optional<std::filesystem::path> adapter;
 
   // Returns e.g. "Hugging Face directory m/ (LlamaForCausalLM)" for messages.
   std::string describe() const;
@@ -30,10 +35,12 @@ struct ModelSource {
 // Resolves a path to a model source; throws naming the path and what was expected.
 ModelSource resolve_model_source(const std::filesystem::path& path);
 
-// Opens the source's weights (model.safetensors, or the shards of an index).
+// Opens the source's weights (model.safetensors, or the shards of an index); throws for a
+// source with an adapter (its weights are base + adapter: `anvil export --merge` first).
 SafetensorsCollection open_model_tensors(const ModelSource& source);
 
-// Builds the model and loads its weights (checked as in check_hf_tensors).
+// Builds the model and loads its weights (checked as in check_hf_tensors), then the adapter
+// when the source has one (options.lora is taken from the adapter's adapter_config.json).
 std::unique_ptr<LlamaModel> load_source_model(const ModelSource& source, Backend& backend,
                                               const ModelOptions& options);
 

@@ -2,8 +2,6 @@
 // document to its split's current part, write meta.json, then publish the folder atomically.
 #include "data/prepare.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +19,7 @@
 #include "data/corpus.h"
 #include "data/random.h"
 #include "data/shard_writer.h"
+#include "data/staging_folder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace anvil {
@@ -70,66 +69,6 @@ class SplitOutput {
   uint64_t part_tokens_;
   std::unique_ptr<ShardWriter> writer_;
   SplitSummary summary_;
-};
-
-// A hidden sibling folder of --out that becomes --out on commit() and is deleted otherwise.
-class StagingFolder {
- public:
-  StagingFolder(const std::string& out, bool replace_existing) {
-    out_ = fs::path(out).lexically_normal();
-    if (out_.filename().empty()) out_ = out_.parent_path();
-    ANVIL_CHECK(!out_.empty() && out_.filename() != "." && out_.filename() != "..",
-                "[prepare] --out '{}' is not a usable folder name", out);
-    std::error_code ec;
-    if (fs::exists(out_, ec)) {
-      ANVIL_CHECK(fs::is_directory(out_), "[prepare] --out {} exists and is not a folder",
-                  out_.string());
-      ANVIL_CHECK(fs::is_empty(out_) || replace_existing,
-                  "[prepare] output folder {} already exists and is not empty (choose another "
-                  "--out, or add --force to replace it)",
-                  out_.string());
-    }
-    const fs::path parent = out_.has_parent_path() ? out_.parent_path() : fs::path(".");
-    fs::create_directories(parent, ec);
-    ANVIL_CHECK(!ec, "[prepare] cannot create folder {}: {}", parent.string(), ec.message());
-    const std::string stem = fmt::format(".{}", out_.filename().string());
-    path_ = parent / (stem + ".tmp-" + std::to_string(getpid()));
-    previous_ = parent / (stem + ".old-" + std::to_string(getpid()));
-    fs::remove_all(path_, ec);
-    fs::create_directory(path_, ec);
-    ANVIL_CHECK(!ec, "[prepare] cannot create folder {}: {}", path_.string(), ec.message());
-  }
-
-  ~StagingFolder() {
-    std::error_code ec;
-    if (!committed_) fs::remove_all(path_, ec);
-  }
-
-  const fs::path& path() const { return path_; }
-
-  void commit() {
-    std::error_code ec;
-    const bool had_previous = fs::exists(out_, ec);
-    if (had_previous) {
-      fs::rename(out_, previous_, ec);
-      ANVIL_CHECK(!ec, "[prepare] cannot move the old {} aside: {}", out_.string(), ec.message());
-    }
-    fs::rename(path_, out_, ec);
-    if (ec) {
-      std::error_code restore;
-      if (had_previous) fs::rename(previous_, out_, restore);
-      ANVIL_FAIL("[prepare] cannot move the finished dataset to {}: {}", out_.string(),
-                 ec.message());
-    }
-    committed_ = true;
-    if (had_previous) fs::remove_all(previous_, ec);
-  }
-
- private:
-  fs::path out_;
-  fs::path path_;
-  fs::path previous_;
-  bool committed_ = false;
 };
 
 // Progress on stdout: redrawn in place on a terminal, one line every 10 s otherwise.

@@ -1,13 +1,24 @@
-// Attention half of a Llama layer: rmsnorm, q/k/v projections (+ Qwen2 bias), rotate-half
-// RoPE, GQA causal attention (optional document mask), o projection and the residual add.
+// Attention half of a Llama layer: rmsnorm, q/k/v projections (+ Qwen2 bias, + LoRA),
+// rotate-half RoPE, GQA causal attention (optional document mask), o projection and the
+// residual add. Adapters add to a projection's output before rope and the residual add, as
+// PEFT's lora.Linear wraps the whole base projection.
 #include "model/attention_block.h"
 
 #include "model/linear.h"
 
 namespace anvil {
 
+namespace {
+
+// dW += dy^T x unless the weight is frozen (no gradient view).
+void weight_grad(Backend& backend, const Tensor& dy, const Tensor& x, const Tensor& dweight) {
+  if (dweight.defined()) linear_backward_weight(backend, dy, x, dweight);
+}
+
+}  // namespace
+
 void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                           LayerActivations& a) {
+                           LayerActivations& a, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   backend.rmsnorm_forward(x, w.attn_norm, a.attn_norm_out, a.attn_rstd, ctx.config->norm_eps);
   linear_forward(backend, a.attn_norm_out, w.wq, a.q);
@@ -18,51 +29,64 @@ void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const
     bias_add_forward(backend, ctx.ones, w.bk, a.k);
     bias_add_forward(backend, ctx.ones, w.bv, a.v);
   }
+  if (lora) {
+    lora_forward(*lora, LoraTarget::q_proj, a.attn_norm_out, a.q);
+    lora_forward(*lora, LoraTarget::k_proj, a.attn_norm_out, a.k);
+    lora_forward(*lora, LoraTarget::v_proj, a.attn_norm_out, a.v);
+  }
   backend.rope_forward(a.q, a.q, ctx.positions, ctx.rope);
   backend.rope_forward(a.k, a.k, ctx.positions, ctx.rope);
 }
 
 void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                              LayerActivations& a) {
+                              LayerActivations& a, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   linear_forward(backend, a.attn_out, w.wo, a.resid_mid);
+  if (lora) lora_forward(*lora, LoraTarget::o_proj, a.attn_out, a.resid_mid);
   backend.add(a.resid_mid, x, a.resid_mid);
 }
 
 void attention_block_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                             LayerActivations& a) {
-  attention_qkv_forward(ctx, w, x, a);
+                             LayerActivations& a, const LoraLayerStep* lora) {
+  attention_qkv_forward(ctx, w, x, a, lora);
   ctx.backend->attention_forward(a.q, a.k, a.v, a.attn_out, a.attn_lse, ctx.attention());
-  attention_output_forward(ctx, w, x, a);
+  attention_output_forward(ctx, w, x, a, lora);
 }
 
 void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
                               const Tensor& x, const LayerActivations& a,
-                              const BackwardScratch& s) {
+                              const BackwardScratch& s, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
-  // o_proj: d_attn_out (B,T,Hq,D) =, dWo +=.
+  // o_proj: d_attn_out (B,T,Hq,D) =, dWo +=; the adapter adds its path to d_attn_out.
   const Tensor d_resid_mid = as_compute_operand(backend, s.d_residual, s.d_residual_compute);
   linear_backward_input(backend, d_resid_mid, w.wo, s.d_attn_out, false);
-  linear_backward_weight(backend, d_resid_mid, a.attn_out, g.wo);
+  weight_grad(backend, d_resid_mid, a.attn_out, g.wo);
+  if (lora) lora_backward(*lora, LoraTarget::o_proj, a.attn_out, d_resid_mid, s.d_attn_out);
   // attention: dq, dk, dv =; then undo the rotation in place.
   backend.attention_backward(s.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, s.dq, s.dk, s.dv,
                              ctx.attention());
   backend.rope_backward(s.dq, s.dq, ctx.positions, ctx.rope);
   backend.rope_backward(s.dk, s.dk, ctx.positions, ctx.rope);
-  if (ctx.config->attention_bias) {
+  if (ctx.config->attention_bias && g.bq.defined()) {
     bias_backward(backend, ctx.ones, s.dq, g.bq);
     bias_backward(backend, ctx.ones, s.dk, g.bk);
     bias_backward(backend, ctx.ones, s.dv, g.bv);
   }
-  // projections: d_norm_out (N,C) = dq Wq + dk Wk + dv Wv; dWq, dWk, dWv +=.
+  // projections: d_norm_out (N,C) = dq Wq + dk Wk + dv Wv (+ adapters); dWq, dWk, dWv +=.
   linear_backward_input(backend, s.dq, w.wq, s.d_norm_out, false);
   linear_backward_input(backend, s.dk, w.wk, s.d_norm_out, true);
   linear_backward_input(backend, s.dv, w.wv, s.d_norm_out, true);
-  linear_backward_weight(backend, s.dq, a.attn_norm_out, g.wq);
-  linear_backward_weight(backend, s.dk, a.attn_norm_out, g.wk);
-  linear_backward_weight(backend, s.dv, a.attn_norm_out, g.wv);
+  weight_grad(backend, s.dq, a.attn_norm_out, g.wq);
+  weight_grad(backend, s.dk, a.attn_norm_out, g.wk);
+  weight_grad(backend, s.dv, a.attn_norm_out, g.wv);
+  if (lora) {
+    lora_backward(*lora, LoraTarget::q_proj, a.attn_norm_out, s.dq, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::k_proj, a.attn_norm_out, s.dk, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::v_proj, a.attn_norm_out, s.dv, s.d_norm_out);
+  }
   // rmsnorm: d_residual += dL/dx through the norm (it already holds the residual path).
-  backend.rmsnorm_backward(s.d_norm_out, x, w.attn_norm, a.attn_rstd, s.d_residual, g.attn_norm);
+  backend.rmsnorm_backward(s.d_norm_out, x, w.attn_norm, a.attn_rstd, s.d_residual,
+                           ctx.norm_grad(g.attn_norm));
 }
 
 }  // namespace anvil

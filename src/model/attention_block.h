@@ -9,23 +9,28 @@
 #include "model/activations.h"
 #include "model/block_context.h"
 #include "model/llama_parameters.h"
+#include "model/lora.h"
 
 namespace anvil {
+
+// `lora` (nullptr: none) adds the layer's adapters to q/k/v/o_proj; a frozen base (undefined
+// gradient views) gets no weight gradients.
 
 // Computes a.attn_norm_out, a.attn_rstd and a.q, a.k, a.v (rope applied to q and k) from
 // x (N, C). Shared by training and by KV-cache decoding.
 void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                           LayerActivations& a);
+                           LayerActivations& a, const LoraLayerStep* lora = nullptr);
 // Computes a.resid_mid (N, C) = x + a.attn_out @ Wo^T.
 void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                              LayerActivations& a);
+                              LayerActivations& a, const LoraLayerStep* lora = nullptr);
 // Runs the whole attention half: qkv, causal attention into a.attn_out/a.attn_lse, output.
 void attention_block_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                             LayerActivations& a);
+                             LayerActivations& a, const LoraLayerStep* lora = nullptr);
 // Backward of attention_block_forward. On entry s.d_residual (N, C) holds dL/d resid_mid; on
 // exit it holds dL/dx (the residual path plus the norm path, +=). Parameter grads g +=.
 // Uses s.d_attn_out, s.dq, s.dk, s.dv and s.d_norm_out as scratch (=).
 void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
-                              const Tensor& x, const LayerActivations& a, const BackwardScratch& s);
+                              const Tensor& x, const LayerActivations& a, const BackwardScratch& s,
+                              const LoraLayerStep* lora = nullptr);
 
 }  // namespace anvil

@@ -17,6 +17,12 @@ struct BlockContext {
   Tensor doc_ids;    // (B, T) i32, or undefined for plain causal attention
   Tensor ones;       // (N, 1) f32 ones when the config has attention bias
   RopeParams rope;
+  // (C) f32 sink for the weight gradient of a frozen norm (LoRA): rmsnorm_backward always
+  // writes one, and a frozen base has no gradient buffer to receive it. Undefined otherwise.
+  Tensor norm_grad_sink;
+
+  // Returns g when the weight is trained, otherwise the sink (frozen norm weights).
+  const Tensor& norm_grad(const Tensor& g) const { return g.defined() ? g : norm_grad_sink; }
 
   // Returns the attention op settings of this step (causal, doc mask when doc_ids defined).
   AttentionParams attention() const {

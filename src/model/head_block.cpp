@@ -63,12 +63,12 @@ void head_block_forward_backward(const BlockContext& ctx, const LlamaWeights& w,
     chunk_loss(ctx, logits, loss, acts, begin, end, &dlogits, grad_scale);
     // d_normed rows =, dW_head +=.
     linear_backward_input(backend, dlogits, w.lm_head, d_normed.slice(begin, end), false);
-    linear_backward_weight(backend, dlogits, rows, g.lm_head);
+    if (g.lm_head.defined()) linear_backward_weight(backend, dlogits, rows, g.lm_head);
   }
   const Tensor d_residual = leading_rows(acts.scratch.d_residual, n, c);
   backend.fill_zero(d_residual);
   backend.rmsnorm_backward(d_normed, x, w.final_norm, acts.final_rstd.flat(0, n), d_residual,
-                           g.final_norm);
+                           ctx.norm_grad(g.final_norm));
 }
 
 void head_block_forward_loss(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,

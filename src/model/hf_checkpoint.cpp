@@ -184,7 +184,13 @@ void load_hf_weights(const SafetensorsCollection& tensors, LlamaModel& model) {
   const ParameterSet& params = model.parameters();
   const std::vector<ParameterInfo>& infos = params.layout().params();
   for (size_t i = 0; i < infos.size(); ++i) {
-    copy_entry(tensors.at(infos[i].name), params.tensor(static_cast<int>(i)), model.backend());
+    const SafetensorsEntry& entry = tensors.at(infos[i].name);
+    // A frozen bf16 base (LoRA) has no f32 masters: the model stores the values itself.
+    if (params.has_storage(infos[i].group)) {
+      copy_entry(entry, params.tensor(static_cast<int>(i)), model.backend());
+    } else {
+      model.set_parameter(static_cast<int>(i), read_entry_f32(entry).data());
+    }
   }
 }
 
@@ -240,9 +246,8 @@ void save_hf_model(LlamaModel& model, const HfModelConfig& config, const fs::pat
   const ParameterSet& params = model.parameters();
   const std::vector<ParameterInfo>& infos = params.layout().params();
   for (size_t i = 0; i < infos.size(); ++i) {
-    const Tensor tensor = params.tensor(static_cast<int>(i));
-    std::vector<float> host(static_cast<size_t>(tensor.numel()));
-    model.backend().copy_to_host(host.data(), tensor);
+    std::vector<float> host(static_cast<size_t>(infos[i].numel()));
+    model.get_parameter(static_cast<int>(i), host.data());
     add_converted(writer, infos[i].name, dims_of(infos[i].shape), host.data(), host.size(),
                   options.dtype);
   }

@@ -51,13 +51,25 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
               config_.max_seq_len);
   ANVIL_CHECK(options_.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
               options_.logits_chunk_rows);
+  const bool lora = options_.lora.enabled();
+  // A LoRA base is frozen: no gradients, and in bf16 models no f32 masters for matrices.
+  const bool frozen_bf16 = lora && options_.compute_dtype != DType::f32;
+  if (lora) {
+    validate_lora_options(options_.lora);
+    ANVIL_CHECK(options_.allocate_weights,
+                "[model] LoRA needs the model to allocate its own (frozen) base weights");
+  }
   layout_ = make_llama_layout(config_, options_.decay_embeddings);
-  params_ = ParameterSet(layout_, backend, options_.allocate_weights);
-  grads_ = ParameterSet(layout_, backend, options_.allocate_gradients);
+  params_ = ParameterSet(layout_, backend, options_.allocate_weights && !frozen_bf16);
+  grads_ = ParameterSet(layout_, backend, options_.allocate_gradients && !lora);
   weights_ = llama_weight_views(config_, params_);
   grad_views_ = llama_weight_views(config_, grads_);
-  if (options_.compute_dtype != DType::f32)
+  if (frozen_bf16) {
+    frozen_ = FrozenBf16Base(config_, layout_, backend);
+  } else if (options_.compute_dtype != DType::f32) {
     compute_ = ComputeWeights(config_, layout_, backend, options_.compute_dtype);
+  }
+  if (lora) lora_ = LoraAdapters(config_, options_.lora, backend, options_.compute_dtype);
 
   const int64_t max_rows = int64_t{options_.max_batch} * options_.max_seq;
   int64_t chunk = options_.logits_chunk_rows;
@@ -67,6 +79,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   arena_.build(backend, [&](Arena& arena) {
     acts_.carve(arena, config_, options_.max_batch, max_rows, layer_sets, chunk,
                 options_.compute_dtype);
+    if (lora) {
+      lora_.carve(arena, max_rows, layer_sets);
+      norm_grad_sink_ = arena.take(DType::f32, Shape{config_.dim});
+    }
   });
   if (config_.attention_bias) {
     if (options_.compute_dtype == DType::f32) {
@@ -84,7 +100,19 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
 }
 
 void LlamaModel::init_weights(uint64_t seed) {
-  init_llama_weights(config_, params_, *backend_, seed);
+  if (!frozen_.enabled()) {
+    init_llama_weights(config_, params_, *backend_, seed);
+    return;
+  }
+  std::vector<float> host;
+  for (int g = 0; g < layout_->group_count(); ++g) {
+    host.assign(static_cast<size_t>(layout_->group_numel(g)), 0.0f);
+    init_llama_group(config_, *layout_, g, seed, host.data());
+    const std::vector<ParameterInfo>& infos = layout_->params();
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (infos[i].group == g) frozen_.set(static_cast<int>(i), host.data() + infos[i].offset);
+    }
+  }
 }
 
 void LlamaModel::bind_weights(int group, const Tensor& storage) {
@@ -147,6 +175,7 @@ BlockContext LlamaModel::make_context(StepDims dims) const {
   ctx.doc_ids = doc_ids_view_;
   ctx.ones = acts_.ones;
   ctx.rope = config_.rope_params();
+  ctx.norm_grad_sink = norm_grad_sink_;
   return ctx;
 }
 
@@ -154,13 +183,20 @@ LayerActivations& LlamaModel::saved_activations(int layer) {
   return acts_.layers[options_.activation_checkpointing ? 0 : layer];
 }
 
-void LlamaModel::layer_forward(const BlockContext& ctx, int layer, LayerActivations& stored) {
+void LlamaModel::layer_forward(const BlockContext& ctx, int layer, int set, bool training) {
   const int64_t n = ctx.dims.rows(), c = config_.dim;
-  LayerActivations a = stored.sized(config_, ctx.dims);
+  LayerActivations a = acts_.layers[set].sized(config_, ctx.dims);
   const Tensor x = leading_rows(acts_.residual[layer], n, c);
   const Tensor out = leading_rows(acts_.residual[layer + 1], n, c);
-  attention_block_forward(ctx, compute_weights().layers[layer], x, a);
-  mlp_block_forward(ctx, compute_weights().layers[layer], a, out);
+  const LoraLayerStep* lora = lora_step(layer, ctx.dims, set, training);
+  attention_block_forward(ctx, compute_weights().layers[layer], x, a, lora);
+  mlp_block_forward(ctx, compute_weights().layers[layer], a, out, lora);
+}
+
+const LoraLayerStep* LlamaModel::lora_step(int layer, StepDims dims, int set, bool training) {
+  if (!lora_.enabled()) return nullptr;
+  lora_step_ = lora_.step(layer, dims.rows(), set, training, dropout_step_);
+  return &lora_step_;
 }
 
 void LlamaModel::embed_and_layers_forward(const BlockContext& ctx, bool save_for_backward) {
@@ -171,7 +207,7 @@ void LlamaModel::embed_and_layers_forward(const BlockContext& ctx, bool save_for
   call_hook(&GroupHooks::after_forward, kEmbeddingGroup);
   for (int l = 0; l < config_.n_layers; ++l) {
     begin_forward(layer_group(l));
-    layer_forward(ctx, l, save_for_backward ? saved_activations(l) : acts_.layers[0]);
+    layer_forward(ctx, l, save_for_backward ? saved_set(l) : 0, save_for_backward);
     call_hook(&GroupHooks::after_forward, layer_group(l));
   }
 }
@@ -189,6 +225,7 @@ LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
   const BlockContext ctx = make_context(dims);
   const int64_t n = dims.rows(), c = config_.dim;
   const int head = head_group(config_);
+  if (norm_grad_sink_.defined()) backend_->fill_zero(norm_grad_sink_);
   embed_and_layers_forward(ctx, true);
 
   begin_forward(head);
@@ -202,17 +239,19 @@ LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
     begin_backward(layer_group(l));
     // With checkpointing the shared set still holds the last layer from the forward pass.
     if (options_.activation_checkpointing && l != config_.n_layers - 1) {
-      layer_forward(ctx, l, acts_.layers[0]);
+      layer_forward(ctx, l, 0, true);
     }
     const LayerActivations a = saved_activations(l).sized(config_, dims);
-    mlp_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l], a, scratch);
+    const LoraLayerStep* lora = lora_step(l, dims, saved_set(l), true);
+    mlp_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l], a, scratch, lora);
     attention_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l],
-                             leading_rows(acts_.residual[l], n, c), a, scratch);
+                             leading_rows(acts_.residual[l], n, c), a, scratch, lora);
     call_hook(&GroupHooks::after_backward, layer_group(l));
   }
 
   begin_backward(kEmbeddingGroup);
-  embedding_block_backward(ctx, tokens_view_, scratch.d_residual, grad_views_.embedding);
+  if (!lora_.enabled())
+    embedding_block_backward(ctx, tokens_view_, scratch.d_residual, grad_views_.embedding);
   call_hook(&GroupHooks::after_backward, kEmbeddingGroup);
   return LossSum{sum_losses(dims), count_loss_tokens(batch)};
 }
@@ -289,6 +328,7 @@ void LlamaModel::call_hook(void (GroupHooks::*hook)(int), int group) {
 void LlamaModel::begin_forward(int group) {
   call_hook(&GroupHooks::before_forward, group);
   if (compute_.enabled()) compute_.refresh(group, params_.group(group), weights_, true);
+  if (lora_.enabled()) lora_.refresh(group);
 }
 
 void LlamaModel::begin_backward(int group) {

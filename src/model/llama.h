@@ -21,6 +21,8 @@
 #include "model/kv_cache.h"
 #include "model/llama_config.h"
 #include "model/llama_parameters.h"
+#include "model/lora.h"
+#include "model/lora_frozen_base.h"
 
 namespace anvil {
 
@@ -38,6 +40,19 @@ struct ModelOptions {
   // group to storage it owns (bind_weights / bind_gradients) before the group is used.
   bool allocate_weights = true;
   bool allocate_gradients = true;
+  // LoRA adapters (lora.r > 0): the base weights are frozen (no gradient buffers) and, with
+  // compute_dtype bf16, stored in bf16 only (norms and the embedding table stay f32).
+  LoraOptions lora;
+};
+
+// Bytes a model holds, by purpose (the optimizer state, 2 x trainable f32, is the trainer's).
+struct ModelMemory {
+  size_t base_weights = 0;  // base weight storage that is not trainable (frozen base, or the
+                            // compute-dtype copies of a fully trained mixed-precision model)
+  size_t trainable = 0;     // f32 trainable parameters plus their compute-dtype copies
+  size_t gradients = 0;     // f32 gradients of the trainable parameters
+  size_t activations = 0;   // the activation arena
+  int64_t trainable_count = 0;  // number of trainable parameter elements
 };
 
 // Observer of parameter-group use, called on the thread that runs the model. A group's
@@ -81,6 +96,34 @@ class LlamaModel {
   const ParameterSet& gradients() const { return grads_; }
   // Returns the bytes of the activation arena.
   size_t activation_bytes() const { return arena_.bytes(); }
+  // Returns whether LoRA adapters are on (options().lora.enabled()).
+  bool lora_enabled() const { return lora_.enabled(); }
+  // Returns what training updates: the adapters with LoRA (groups numbered as parameters():
+  // group 0 and the head group empty, group 1 + l layer l's A and B), else parameters().
+  ParameterSet& trainable() { return lora_.enabled() ? lora_.parameters() : params_; }
+  const ParameterSet& trainable() const { return lora_.enabled() ? lora_.parameters() : params_; }
+  // Returns the gradients of trainable() (same layout).
+  ParameterSet& trainable_gradients() { return lora_.enabled() ? lora_.gradients() : grads_; }
+  const ParameterSet& trainable_gradients() const {
+    return lora_.enabled() ? lora_.gradients() : grads_;
+  }
+  // Returns the adapters (disabled when options().lora.r == 0).
+  const LoraAdapters& lora() const { return lora_; }
+  // Initialises the adapters: A Kaiming-uniform (bound 1/sqrt(in)), B zero; deterministic in
+  // (seed, name). Throws without LoRA.
+  void init_lora(uint64_t seed);
+  // Folds every adapter into its base matrix (W += scale * B @ A, f32 base only) and zeroes
+  // the B matrices, so the model computes the same logits without adapter arithmetic.
+  void merge_lora();
+  // Sets the per-step value the adapter dropout masks of forward_backward derive from.
+  void set_dropout_step(int64_t step) { dropout_step_ = step; }
+  // Returns the bytes the model holds, by purpose.
+  ModelMemory memory() const;
+  // Writes base parameter `index` (layout order of parameters()) from host f32 values into
+  // wherever the model stores it (f32 masters, or the bf16-only store of a frozen bf16 base).
+  void set_parameter(int index, const float* host);
+  // Reads base parameter `index` into host f32 values (exact widening from bf16 storage).
+  void get_parameter(int index, float* host);
 
   // Initialises the weights deterministically from `seed` (see init_llama_weights).
   void init_weights(uint64_t seed);
@@ -112,7 +155,8 @@ class LlamaModel {
                           const Tensor* doc_ids, int position_offset);
   BlockContext make_context(StepDims dims) const;
   // Runs layer `layer` from residual[layer] into residual[layer + 1], saving into `stored`.
-  void layer_forward(const BlockContext& ctx, int layer, LayerActivations& stored);
+  // `set` indexes acts_.layers (and the adapters' saved sets); dropout only when `training`.
+  void layer_forward(const BlockContext& ctx, int layer, int set, bool training);
   // Runs the embedding and every layer; without save_for_backward all layers share one set.
   void embed_and_layers_forward(const BlockContext& ctx, bool save_for_backward);
   LayerActivations& saved_activations(int layer);
@@ -125,8 +169,14 @@ class LlamaModel {
   void begin_backward(int group);
   // Returns the weights the blocks compute with (the masters for an f32 model).
   const LlamaWeights& compute_weights() const {
+    if (frozen_.enabled()) return frozen_.views();
     return compute_.enabled() ? compute_.views() : weights_;
   }
+  // Returns layer `layer`'s adapter context for this step using saved set `set`, or nullptr
+  // without LoRA; dropout applies only when `training`.
+  const LoraLayerStep* lora_step(int layer, StepDims dims, int set, bool training);
+  // Returns the saved-activation set of `layer` (0 when recomputed).
+  int saved_set(int layer) const { return options_.activation_checkpointing ? 0 : layer; }
 
   LlamaConfig config_;
   Backend* backend_;
@@ -137,6 +187,11 @@ class LlamaModel {
   LlamaWeights weights_;
   LlamaWeights grad_views_;
   ComputeWeights compute_;  // bf16 copies of the weights; empty for an f32 model
+  FrozenBf16Base frozen_;   // the bf16-only base of a LoRA bf16 model; empty otherwise
+  LoraAdapters lora_;
+  LoraLayerStep lora_step_;  // storage behind lora_step()'s pointer
+  int64_t dropout_step_ = 0;
+  Tensor norm_grad_sink_;  // (C) f32, carved only with LoRA (see BlockContext)
   Arena arena_;
   ModelActivations acts_;
   GroupHooks* hooks_ = nullptr;

@@ -51,7 +51,8 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor
     begin_forward(layer_group(l));
     LayerActivations a = acts_.layers[0].sized(config_, dims);
     const Tensor x = leading_rows(acts_.residual[l], n, c);
-    attention_qkv_forward(ctx, compute_weights().layers[l], x, a);
+    const LoraLayerStep* lora = lora_step(l, dims, 0, false);
+    attention_qkv_forward(ctx, compute_weights().layers[l], x, a, lora);
     for (int b = 0; b < dims.batch; ++b) {
       const Tensor cached_k = cache.keys(l)[b];
       const Tensor cached_v = cache.values(l)[b];
@@ -59,9 +60,9 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor
       backend_->cast(a.v[b], cached_v.slice(start, end));
       cached_attention(*backend_, cache, a.q[b], cached_k, cached_v, start, a.attn_out[b]);
     }
-    attention_output_forward(ctx, compute_weights().layers[l], x, a);
+    attention_output_forward(ctx, compute_weights().layers[l], x, a, lora);
     mlp_block_forward(ctx, compute_weights().layers[l], a,
-                      leading_rows(acts_.residual[l + 1], n, c));
+                      leading_rows(acts_.residual[l + 1], n, c), lora);
     call_hook(&GroupHooks::after_forward, layer_group(l));
   }
   cache.commit_append(dims.batch, dims.seq);

@@ -1,40 +1,60 @@
-// MLP half of a Llama layer: rmsnorm, SwiGLU (gate, up, silu(gate) * up), down projection and
-// the residual add.
+// MLP half of a Llama layer: rmsnorm, SwiGLU (gate, up, silu(gate) * up), down projection
+// (each optionally with a LoRA adapter) and the residual add.
 #include "model/mlp_block.h"
 
 #include "model/linear.h"
 
 namespace anvil {
 
+namespace {
+
+// dW += dy^T x unless the weight is frozen (no gradient view).
+void weight_grad(Backend& backend, const Tensor& dy, const Tensor& x, const Tensor& dweight) {
+  if (dweight.defined()) linear_backward_weight(backend, dy, x, dweight);
+}
+
+}  // namespace
+
 void mlp_block_forward(const BlockContext& ctx, const LayerWeights& w, LayerActivations& a,
-                       const Tensor& out) {
+                       const Tensor& out, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   backend.rmsnorm_forward(a.resid_mid, w.mlp_norm, a.mlp_norm_out, a.mlp_rstd,
                           ctx.config->norm_eps);
   linear_forward(backend, a.mlp_norm_out, w.w_gate, a.gate);
   linear_forward(backend, a.mlp_norm_out, w.w_up, a.up);
+  if (lora) {
+    lora_forward(*lora, LoraTarget::gate_proj, a.mlp_norm_out, a.gate);
+    lora_forward(*lora, LoraTarget::up_proj, a.mlp_norm_out, a.up);
+  }
   backend.swiglu_forward(a.gate, a.up, a.swiglu_out);
   linear_forward(backend, a.swiglu_out, w.w_down, out);
+  if (lora) lora_forward(*lora, LoraTarget::down_proj, a.swiglu_out, out);
   backend.add(out, a.resid_mid, out);
 }
 
 void mlp_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
-                        const LayerActivations& a, const BackwardScratch& s) {
+                        const LayerActivations& a, const BackwardScratch& s,
+                        const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
-  // down_proj: d_swiglu (N,F) =, dWdown +=.
+  // down_proj: d_swiglu (N,F) = (+ adapter path), dWdown +=.
   const Tensor d_out = as_compute_operand(backend, s.d_residual, s.d_residual_compute);
   linear_backward_input(backend, d_out, w.w_down, s.d_swiglu, false);
-  linear_backward_weight(backend, d_out, a.swiglu_out, g.w_down);
+  weight_grad(backend, d_out, a.swiglu_out, g.w_down);
+  if (lora) lora_backward(*lora, LoraTarget::down_proj, a.swiglu_out, d_out, s.d_swiglu);
   // swiglu: d_gate, d_up (N,F) =.
   backend.swiglu_backward(s.d_swiglu, a.gate, a.up, s.d_gate, s.d_up);
-  // gate/up: d_norm_out (N,C) = d_gate Wgate + d_up Wup; dWgate, dWup +=.
+  // gate/up: d_norm_out (N,C) = d_gate Wgate + d_up Wup (+ adapters); dWgate, dWup +=.
   linear_backward_input(backend, s.d_gate, w.w_gate, s.d_norm_out, false);
   linear_backward_input(backend, s.d_up, w.w_up, s.d_norm_out, true);
-  linear_backward_weight(backend, s.d_gate, a.mlp_norm_out, g.w_gate);
-  linear_backward_weight(backend, s.d_up, a.mlp_norm_out, g.w_up);
+  weight_grad(backend, s.d_gate, a.mlp_norm_out, g.w_gate);
+  weight_grad(backend, s.d_up, a.mlp_norm_out, g.w_up);
+  if (lora) {
+    lora_backward(*lora, LoraTarget::gate_proj, a.mlp_norm_out, s.d_gate, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::up_proj, a.mlp_norm_out, s.d_up, s.d_norm_out);
+  }
   // rmsnorm: d_residual += dL/dh through the norm (it already holds the residual path).
   backend.rmsnorm_backward(s.d_norm_out, a.resid_mid, w.mlp_norm, a.mlp_rstd, s.d_residual,
-                           g.mlp_norm);
+                           ctx.norm_grad(g.mlp_norm));
 }
 
 }  // namespace anvil

@@ -7,17 +7,20 @@
 #include "model/activations.h"
 #include "model/block_context.h"
 #include "model/llama_parameters.h"
+#include "model/lora.h"
 
 namespace anvil {
 
 // Computes out (N, C) from h = a.resid_mid, saving a.mlp_norm_out, a.mlp_rstd, a.gate, a.up and
 // a.swiglu_out. `out` must not alias h.
+// `lora` (nullptr: none) adds the layer's gate/up/down_proj adapters.
 void mlp_block_forward(const BlockContext& ctx, const LayerWeights& w, LayerActivations& a,
-                       const Tensor& out);
+                       const Tensor& out, const LoraLayerStep* lora = nullptr);
 // Backward of mlp_block_forward. On entry s.d_residual (N, C) holds dL/d out; on exit it holds
 // dL/d h (+= through the norm). Parameter grads g +=. Uses s.d_swiglu, s.d_gate, s.d_up and
-// s.d_norm_out as scratch (=).
+// s.d_norm_out as scratch (=). A frozen base (undefined g views) gets no weight gradients.
 void mlp_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
-                        const LayerActivations& a, const BackwardScratch& s);
+                        const LayerActivations& a, const BackwardScratch& s,
+                        const LoraLayerStep* lora = nullptr);
 
 }  // namespace anvil

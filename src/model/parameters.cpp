@@ -32,6 +32,10 @@ void ParameterLayout::add(const std::string& name, int group, Shape shape, bool 
   params_.push_back(std::move(info));
 }
 
+void ParameterLayout::ensure_groups(int count) {
+  while (group_count() < count) group_numel_.push_back(0);
+}
+
 int64_t ParameterLayout::group_numel(int group) const {
   ANVIL_CHECK(group >= 0 && group < group_count(), "[params] group {} out of range (0..{})", group,
               group_count() - 1);

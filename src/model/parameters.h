@@ -37,6 +37,10 @@ class ParameterLayout {
   // must be used in increasing order. Throws on a duplicate name.
   void add(const std::string& name, int group, Shape shape, bool weight_decay);
 
+  // Appends empty groups until the layout has at least `count` groups (a layout whose group
+  // numbering mirrors another one may leave some groups empty).
+  void ensure_groups(int count);
+
   const std::vector<ParameterInfo>& params() const { return params_; }
   int group_count() const { return static_cast<int>(group_numel_.size()); }
   // Returns the padded element count of group g's buffer.

@@ -52,12 +52,17 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
       stage_(mesh.zero_stage()),
       head_(head_group(model.config())),
       tied_(model.config().tie_embeddings),
-      plan_(model.parameters().layout(), mesh.data_world(), mesh.shape().fsdp, mesh.data_rank()),
-      spans_(layout_decay_spans(model.parameters().layout())) {
+      plan_(model.trainable().layout(), mesh.data_world(), mesh.shape().fsdp, mesh.data_rank()),
+      spans_(layout_decay_spans(model.trainable().layout())) {
   ANVIL_CHECK(options.micro_batches >= 1, "[parallel] micro_batches must be >= 1, got {}",
               options.micro_batches);
-  const bool weights_allocated = model.parameters().has_storage(0);
-  const bool gradients_allocated = model.gradients().has_storage(0);
+  // LoRA adapters are small and live in the model: every rank keeps all of them.
+  ANVIL_CHECK(!model.lora_enabled() || stage_ == 0,
+              "[parallel] LoRA fine-tuning runs with parallel.zero_stage = 0 (every rank keeps "
+              "the whole adapter set; data parallelism still splits the batch); got stage {}",
+              stage_);
+  const bool weights_allocated = model.lora_enabled() || model.parameters().has_storage(0);
+  const bool gradients_allocated = model.lora_enabled() || model.gradients().has_storage(0);
   ANVIL_CHECK(weights_allocated == (stage_ == 0) && gradients_allocated == (stage_ <= 1),
               "[parallel] the model for ZeRO stage {} must be built with "
               "DataParallelEngine::model_options",
@@ -100,7 +105,7 @@ void DataParallelEngine::allocate_state(int micro_batches) {
 }
 
 Tensor DataParallelEngine::model_weights(int group) const {
-  return model_->parameters().group(group);
+  return model_->trainable().group(group);
 }
 
 Tensor DataParallelEngine::optimizer_weights(int group) const {
@@ -115,7 +120,7 @@ Tensor DataParallelEngine::optimizer_gradients(int group) const {
   if (stage_ >= 2) {
     return whole(storage_[static_cast<size_t>(group)].grad_shard).flat(0, s.shard_length);
   }
-  return model_->gradients().group(group).flat(s.shard_begin, s.shard_length);
+  return model_->trainable_gradients().group(group).flat(s.shard_begin, s.shard_length);
 }
 
 Tensor DataParallelEngine::reduced_gradient_slice(int group) const {
@@ -124,7 +129,7 @@ Tensor DataParallelEngine::reduced_gradient_slice(int group) const {
     return whole(storage_[static_cast<size_t>(group)].grad_shard)
         .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice_length);
   }
-  return model_->gradients().group(group).flat(s.slice_begin, s.slice_length);
+  return model_->trainable_gradients().group(group).flat(s.slice_begin, s.slice_length);
 }
 
 void DataParallelEngine::build_optimizer() {
@@ -147,7 +152,7 @@ void DataParallelEngine::init_weights(uint64_t seed) {
     model_->init_weights(seed);
     return;
   }
-  const ParameterLayout& layout = model_->parameters().layout();
+  const ParameterLayout& layout = model_->trainable().layout();
   std::vector<float> host;
   for (int g = 0; g < plan_.group_count(); ++g) {
     host.resize(static_cast<size_t>(layout.group_numel(g)));
@@ -179,6 +184,7 @@ void DataParallelEngine::set_weights(int group, int64_t begin, int64_t count,
 
 void DataParallelEngine::gather_weights(int group, float* host) {
   const GroupShard& s = plan_.group(group);
+  if (s.numel == 0) return;  // an empty group (LoRA's embedding and head groups)
   if (stage_ != 3) {
     model_->backend().copy_to_host(host, model_weights(group));
     return;
@@ -212,7 +218,7 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   ANVIL_CHECK(report.loss.count > 0, "[parallel] the global batch has no trained target tokens");
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(report.loss.count));
 
-  if (stage_ <= 1) model_->gradients().zero();
+  if (stage_ <= 1) model_->trainable_gradients().zero();
   std::vector<double> loss_sums(micro_batches.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     micro_step_ = static_cast<int>(m);

@@ -1,5 +1,7 @@
 // DataParallelEngine: data parallelism and ZeRO stages 0-3 applied to a single-device
-// LlamaModel from outside, through its GroupHooks and flat per-group buffers.
+// LlamaModel from outside, through its GroupHooks and flat per-group buffers. It trains
+// model.trainable(): every weight, or only the LoRA adapters (stage 0 only; a frozen base
+// needs no reduction and no optimizer state).
 //   stage 0  weights, gradients and AdamW state replicated; each group's gradient is
 //            all-reduced as soon as its backward finishes, overlapping the rest of backward.
 //   stage 1  AdamW moments sharded over fsdp; each rank steps its shard of every group and

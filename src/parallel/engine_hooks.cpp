@@ -132,8 +132,9 @@ void DataParallelEngine::reduce_gradient(int group) {
   Backend& backend = model_->backend();
   Communicator& world = mesh_->world();
   GroupStorage& st = storage_[static_cast<size_t>(group)];
+  if (plan_.group(group).numel == 0) return;  // nothing trains here (LoRA's outer groups)
   if (stage_ <= 1) {
-    const Tensor grad = model_->gradients().group(group);
+    const Tensor grad = model_->trainable_gradients().group(group);
     if (micro_step_ > 0 && st.grad_sum.data() != nullptr) {
       backend.add(st.grad_sum.as(DType::f32, grad.shape), grad, grad);
     }
@@ -214,10 +215,11 @@ void DataParallelEngine::finish_micro_step(bool last) {
   Backend& backend = model_->backend();
   for (int g = 0; g < plan_.group_count(); ++g) {
     const Buffer& sum = storage_[static_cast<size_t>(g)].grad_sum;
-    const Tensor grad = model_->gradients().group(g);
-    if (sum.data() != nullptr) backend.copy(sum.as(DType::f32, grad.shape), grad);
+    if (sum.data() == nullptr) continue;
+    const Tensor grad = model_->trainable_gradients().group(g);
+    backend.copy(sum.as(DType::f32, grad.shape), grad);
   }
-  model_->gradients().zero();
+  model_->trainable_gradients().zero();
 }
 
 void DataParallelEngine::run_gather_only_pass() {

@@ -63,7 +63,7 @@ void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const bool writer = mesh.data_rank() == 0;
   // Under stage 3 the writer's fsdp group gathers every group with it.
   if (!writer && !(engine.zero_stage() == 3 && mesh.dp_index() == 0)) return;
-  const ParameterLayout& layout = engine.model().parameters().layout();
+  const ParameterLayout& layout = engine.model().trainable().layout();
   std::vector<std::vector<float>> groups(static_cast<size_t>(layout.group_count()));
   for (int g = 0; g < layout.group_count(); ++g) {
     groups[static_cast<size_t>(g)].resize(static_cast<size_t>(layout.group_numel(g)));
@@ -80,7 +80,9 @@ void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
   file.write(dir / kModelFile);
 }
 
-void write_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
+}  // namespace
+
+void write_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const DeviceMesh& mesh = engine.mesh();
   if (mesh.dp_index() != 0) return;  // dp replicas hold the same shard
   Backend& backend = engine.model().backend();
@@ -108,11 +110,9 @@ void write_optimizer(DataParallelEngine& engine, const std::filesystem::path& di
   file.write(dir / optimizer_file_name(mesh.fsdp_index(), mesh.shape().fsdp));
 }
 
-}  // namespace
-
 void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection& tensors) {
   const std::string source = tensors.source().string();
-  const ParameterLayout& layout = engine.model().parameters().layout();
+  const ParameterLayout& layout = engine.model().trainable().layout();
   std::vector<float> converted;
   for (const ParameterInfo& p : layout.params()) {
     const SafetensorsEntry& entry = tensors.at(p.name);
@@ -135,9 +135,7 @@ void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection
   }
 }
 
-namespace {
-
-void read_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
+void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const ShardPlan& plan = engine.plan();
   Backend& backend = engine.model().backend();
   std::vector<std::array<int64_t, 2>> found(static_cast<size_t>(plan.group_count()), {0, 0});
@@ -182,19 +180,17 @@ void read_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir
                   dir.string(), got, plan.group(g).shard_length, which == 0 ? "m" : "v", g);
     }
   }
+  engine.set_optimizer_steps(checkpoint_optimizer_step(dir));
 }
-
-}  // namespace
 
 void write_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir) {
   write_model(engine, dir);
-  write_optimizer(engine, dir);
+  write_engine_optimizer(engine, dir);
 }
 
 void read_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir) {
   read_engine_weights(engine, SafetensorsCollection::open(dir / kModelFile));
-  read_optimizer(engine, dir);
-  engine.set_optimizer_steps(checkpoint_optimizer_step(dir));
+  read_engine_optimizer(engine, dir);
 }
 
 int64_t checkpoint_optimizer_step(const std::filesystem::path& dir) {

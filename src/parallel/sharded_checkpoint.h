@@ -28,7 +28,14 @@ void write_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::
 // throws "[checkpoint] <file>: ..." on a missing or inconsistent piece. No communication.
 void read_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir);
 
-// Loads only weights from tensors under Hugging Face names (f32, bf16 or f16: a file, or a
+// Writes only this rank's optimizer file (the second half of write_engine_checkpoint; a LoRA
+// checkpoint stores its weights as a PEFT adapter instead). Collective over the mesh.
+void write_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir);
+
+// Loads only the AdamW moments and the optimizer step from a folder written by any mesh.
+void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir);
+
+// Loads only weights (of model.trainable()) from tensors under Hugging Face names (f32, bf16 or f16: a file, or a
 // Hugging Face folder's shards), each rank the part it holds (model.init_from).
 void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection& tensors);
 

@@ -92,27 +92,42 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_specia
   if (add_special) ids.insert(ids.end(), p_.affixes.prefix.begin(), p_.affixes.prefix.end());
   if (p_.meta_pre_split) {
     for_each_meta_chunk(text, [&](size_t begin, size_t end) {
-      encode_text(text.substr(begin, end - begin), begin == 0, ids);
+      encode_text(text.substr(begin, end - begin), begin == 0, true, ids);
     });
   } else {
-    encode_text(text, true, ids);
+    encode_text(text, true, true, ids);
   }
   if (add_special) ids.insert(ids.end(), p_.affixes.suffix.begin(), p_.affixes.suffix.end());
   return ids;
 }
 
-void BpeTokenizer::encode_text(std::string_view text, bool at_origin,
+std::vector<int32_t> BpeTokenizer::encode_ordinary(std::string_view text, bool at_origin) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  if (p_.meta_pre_split) {
+    for_each_meta_chunk(text, [&](size_t begin, size_t end) {
+      encode_text(text.substr(begin, end - begin), at_origin && begin == 0, false, ids);
+    });
+  } else {
+    encode_text(text, at_origin, false, ids);
+  }
+  return ids;
+}
+
+void BpeTokenizer::encode_text(std::string_view text, bool at_origin, bool match_added,
                                std::vector<int32_t>& ids) const {
-  if (raw_matcher_.empty()) return encode_segment(text, at_origin, ids);
+  if (raw_matcher_.empty() || !match_added)
+    return encode_segment(text, at_origin, match_added, ids);
   raw_matcher_.split(
       text,
       [&](size_t begin, size_t end) {
-        encode_segment(text.substr(begin, end - begin), at_origin && begin == 0, ids);
+        encode_segment(text.substr(begin, end - begin), at_origin && begin == 0, match_added,
+                       ids);
       },
       [&](int32_t id) { ids.push_back(id); });
 }
 
-void BpeTokenizer::encode_segment(std::string_view text, bool at_origin,
+void BpeTokenizer::encode_segment(std::string_view text, bool at_origin, bool match_added,
                                   std::vector<int32_t>& ids) const {
   size_t run_start = 0;
   size_t pos = 0;
@@ -127,30 +142,32 @@ void BpeTokenizer::encode_segment(std::string_view text, bool at_origin,
       continue;
     }
     if (pos > run_start)
-      encode_valid(text.substr(run_start, pos - run_start), at_origin && run_start == 0, ids);
+      encode_valid(text.substr(run_start, pos - run_start), at_origin && run_start == 0,
+                   match_added, ids);
     p_.model->encode_word(text.substr(pos, 1), ids);
     run_start = ++pos;
   }
   if (pos > run_start)
-    encode_valid(text.substr(run_start, pos - run_start), at_origin && run_start == 0, ids);
+    encode_valid(text.substr(run_start, pos - run_start), at_origin && run_start == 0,
+                 match_added, ids);
 }
 
-void BpeTokenizer::encode_valid(std::string_view text, bool at_origin,
+void BpeTokenizer::encode_valid(std::string_view text, bool at_origin, bool match_added,
                                 std::vector<int32_t>& ids) const {
-  if (!p_.normalizer) return encode_normalized(text, at_origin, ids);
+  if (!p_.normalizer) return encode_normalized(text, at_origin, match_added, ids);
   std::string normalized(text);
   p_.normalizer->normalize(normalized);
-  encode_normalized(normalized, at_origin, ids);
+  encode_normalized(normalized, at_origin, match_added, ids);
 }
 
-void BpeTokenizer::encode_normalized(std::string_view text, bool at_origin,
+void BpeTokenizer::encode_normalized(std::string_view text, bool at_origin, bool match_added,
                                      std::vector<int32_t>& ids) const {
   auto run_model = [&](std::string_view run, bool run_at_origin) {
     if (!p_.pre_tokenizer) return p_.model->encode_word(run, ids);
     p_.pre_tokenizer->split(Piece{run, run_at_origin},
                             [&](Piece piece) { p_.model->encode_word(piece.text, ids); });
   };
-  if (normalized_matcher_.empty()) return run_model(text, at_origin);
+  if (normalized_matcher_.empty() || !match_added) return run_model(text, at_origin);
   normalized_matcher_.split(
       text,
       [&](size_t begin, size_t end) {

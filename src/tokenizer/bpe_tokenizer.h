@@ -48,6 +48,7 @@ class BpeTokenizer final : public Tokenizer {
   explicit BpeTokenizer(BpeTokenizerParts parts);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
+  std::vector<int32_t> encode_ordinary(std::string_view text, bool at_origin) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(p_.id_to_token.size()); }
   std::optional<int32_t> bos_id() const override { return p_.bos_id; }
@@ -62,10 +63,14 @@ class BpeTokenizer final : public Tokenizer {
   bool is_special(int32_t id) const override;
 
  private:
-  void encode_text(std::string_view text, bool at_origin, std::vector<int32_t>& ids) const;
-  void encode_segment(std::string_view text, bool at_origin, std::vector<int32_t>& ids) const;
-  void encode_valid(std::string_view text, bool at_origin, std::vector<int32_t>& ids) const;
-  void encode_normalized(std::string_view text, bool at_origin, std::vector<int32_t>& ids) const;
+  void encode_text(std::string_view text, bool at_origin, bool match_added,
+                   std::vector<int32_t>& ids) const;
+  void encode_segment(std::string_view text, bool at_origin, bool match_added,
+                      std::vector<int32_t>& ids) const;
+  void encode_valid(std::string_view text, bool at_origin, bool match_added,
+                    std::vector<int32_t>& ids) const;
+  void encode_normalized(std::string_view text, bool at_origin, bool match_added,
+                         std::vector<int32_t>& ids) const;
 
   BpeTokenizerParts p_;
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false

@@ -26,6 +26,15 @@ class Tokenizer {
   // Encodes text. Added tokens in the text (special or not, per the file's flags) are matched
   // before the model runs. add_special applies the post-processor (e.g. prepends BOS).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+  // Encodes text as ordinary text: added-token strings in it are not matched (they are
+  // tokenized like any other text) and no post-processor affixes are added. at_origin says
+  // whether the text starts the whole input (Metaspace prepend_scheme "first" marks only that
+  // position). Chat templates encode message content with it. The default, for tokenizers
+  // without added tokens, is encode(text, false).
+  virtual std::vector<int32_t> encode_ordinary(std::string_view text, bool at_origin) const {
+    (void)at_origin;
+    return encode(text, false);
+  }
   // Decodes ids (special tokens included) to bytes; throws on an id with no token.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // Returns max id + 1, including added tokens.

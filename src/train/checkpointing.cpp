@@ -1,6 +1,7 @@
 // Checkpoint files of a training run (layout in checkpointing.h). The engine writes weights
-// and optimizer shards (parallel/sharded_checkpoint.h); this file adds the trainer's state
-// and runs the multi-rank commit protocol.
+// and optimizer shards (parallel/sharded_checkpoint.h), or, for LoRA, the optimizer shards
+// beside a PEFT adapter written by world rank 0; this file adds the trainer's state and runs
+// the multi-rank commit protocol.
 #include "train/checkpointing.h"
 
 #include <fmt/format.h>
@@ -10,8 +11,10 @@
 #include "core/error.h"
 #include "io/file_util.h"
 #include "model/hf_config.h"
+#include "model/peft_adapter.h"
 #include "parallel/collectives.h"
 #include "parallel/sharded_checkpoint.h"
+#include "train/base_model.h"
 
 namespace anvil {
 namespace {
@@ -40,7 +43,17 @@ std::filesystem::path CheckpointStore::save(DataParallelEngine& engine,
   if (root) manager_.prepare(progress.step);
   world.barrier();
   const std::filesystem::path staging = manager_.staging_dir(progress.step);
-  write_engine_checkpoint(engine, staging);
+  const bool lora = engine.model().lora_enabled();
+  if (lora) {
+    // Every rank holds the same adapters (stage 0): rank 0 writes them once.
+    if (root) {
+      save_peft_adapter(staging, engine.model(), config.model.init_from);
+      write_base_record(staging, config.model.init_from);
+    }
+    write_engine_optimizer(engine, staging);
+  } else {
+    write_engine_checkpoint(engine, staging);
+  }
   if (root) {
     // Every random choice of a run is a pure function of (seed, index): weight init of
     // (seed, name, element), data order of (seed, epoch). The seed is the whole RNG state.
@@ -59,9 +72,12 @@ std::filesystem::path CheckpointStore::save(DataParallelEngine& engine,
                                     {"zero_stage", engine.zero_stage()}}}};
     write_file_atomic(staging / kStateFile, state.dump(2) + "\n");
     write_file_atomic(staging / kConfigFile, config_to_toml(config));
-    // config.json beside model.safetensors makes the folder loadable as a Hugging Face model.
-    write_hf_config_json(staging / "config.json", hf_config_from_llama(engine.model().config()),
-                         "float32");
+    // config.json beside model.safetensors makes the folder loadable as a Hugging Face model;
+    // a LoRA checkpoint is a PEFT adapter folder instead (its base is model.init_from).
+    if (!lora) {
+      write_hf_config_json(staging / "config.json", hf_config_from_llama(engine.model().config()),
+                           "float32");
+    }
   }
   // Every rank's files are complete and fsynced before rank 0 writes COMMIT.
   world.barrier();
@@ -95,7 +111,12 @@ std::optional<std::filesystem::path> select_resume_checkpoint(const std::string&
 }
 
 TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngine& engine) {
-  read_engine_checkpoint(engine, dir);
+  if (engine.model().lora_enabled()) {
+    load_peft_adapter(dir, engine.model());
+    read_engine_optimizer(engine, dir);
+  } else {
+    read_engine_checkpoint(engine, dir);
+  }
   const std::string state_path = (dir / kStateFile).string();
   nlohmann::json state;
   try {

@@ -8,6 +8,10 @@
 //                          the RNG seed, training seconds, the mesh that wrote it
 //   config.toml            the resolved configuration the run was using
 //   config.json            the Hugging Face config, so the folder loads as an HF model
+// A LoRA run's checkpoint holds the adapters instead of model.safetensors and config.json:
+//   adapter_config.json, adapter_model.safetensors   the PEFT adapter (f32; world rank 0)
+//   base_model.json        the base's path (model.init_from) and its config.json hash
+// so the folder is itself a PEFT adapter directory (anvil generate --adapter accepts it).
 // Everything the next step depends on is in these files, which is what makes resume exact;
 // any mesh can load a checkpoint that any other mesh wrote. Saving and selecting are
 // collective over the world: rank 0 prepares, verifies and commits, every rank writes its part.
@@ -61,8 +65,9 @@ std::optional<std::filesystem::path> select_resume_checkpoint(const std::string&
                                                               const CheckpointStore& store,
                                                               Communicator& world);
 
-// Loads weights, optimizer state and progress from a checkpoint folder (written by any mesh)
-// into an engine built for the same architecture; throws naming the file on any mismatch.
+// Loads weights (LoRA: the adapters; the base must be loaded already), optimizer state and
+// progress from a checkpoint folder (written by any mesh) into an engine built for the same
+// architecture; throws naming the file on any mismatch.
 TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngine& engine);
 
 // Returns the resolved config.toml text stored in a checkpoint folder.

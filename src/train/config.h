@@ -23,6 +23,11 @@ struct ModelConfigSection {
   int64_t vocab_size = 4096;
   int64_t max_seq_len = 256;
   double rope_theta = 10000.0;
+  // rope_scaling of type "llama3" (Llama 3.1+): off when rope_scaling_factor is 0.
+  double rope_scaling_factor = 0.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_position = 8192;
   double norm_eps = 1e-5;
   bool tie_embeddings = true;
   bool attention_bias = false;  // q/k/v projection biases (Qwen2)

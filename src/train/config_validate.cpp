@@ -42,6 +42,9 @@ void validate_model(const ModelConfigSection& model) {
               model.n_heads, model.n_kv_heads);
   ANVIL_CHECK(model.rope_theta > 0, "[config] model.rope_theta must be > 0, got {}",
               model.rope_theta);
+  ANVIL_CHECK(model.rope_scaling_factor >= 0,
+              "[config] model.rope_scaling_factor must be >= 0 (0: off), got {}",
+              model.rope_scaling_factor);
   ANVIL_CHECK(model.norm_eps > 0, "[config] model.norm_eps must be > 0, got {}", model.norm_eps);
 }
 
@@ -95,6 +98,11 @@ void validate_rest(const TrainConfig& config) {
   check_non_negative(config.checkpoint.every, "checkpoint.every");
   check_positive(config.checkpoint.keep, "checkpoint.keep");
   check_non_negative(config.lora.r, "lora.r");
+  ANVIL_CHECK(config.lora.r == 0 || config.parallel.zero_stage == 0,
+              "[config] LoRA (lora.r = {}) runs with parallel.zero_stage = 0: every rank keeps "
+              "the whole adapter set, and data parallelism still splits the batch; got "
+              "parallel.zero_stage = {}",
+              config.lora.r, config.parallel.zero_stage);
   ANVIL_CHECK(config.lora.alpha > 0, "[config] lora.alpha must be > 0, got {}", config.lora.alpha);
   ANVIL_CHECK(config.lora.dropout >= 0 && config.lora.dropout < 1,
               "[config] lora.dropout must be in [0, 1), got {}", config.lora.dropout);

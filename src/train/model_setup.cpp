@@ -14,10 +14,35 @@ LlamaConfig llama_config_from(const ModelConfigSection& model) {
   config.vocab_size = static_cast<int>(model.vocab_size);
   config.max_seq_len = static_cast<int>(model.max_seq_len);
   config.rope_theta = static_cast<float>(model.rope_theta);
+  config.rope_scaling_factor = static_cast<float>(model.rope_scaling_factor);
+  config.rope_low_freq_factor = static_cast<float>(model.rope_low_freq_factor);
+  config.rope_high_freq_factor = static_cast<float>(model.rope_high_freq_factor);
+  config.rope_original_max_position = static_cast<int>(model.rope_original_max_position);
   config.norm_eps = static_cast<float>(model.norm_eps);
   config.tie_embeddings = model.tie_embeddings;
   config.attention_bias = model.attention_bias;
   return config;
+}
+
+ModelConfigSection model_section_from(const LlamaConfig& config) {
+  ModelConfigSection model;
+  model.dim = config.dim;
+  model.n_layers = config.n_layers;
+  model.n_heads = config.n_heads;
+  model.n_kv_heads = config.n_kv_heads;
+  model.head_dim = config.head_dim;
+  model.ffn_dim = config.ffn_dim;
+  model.vocab_size = config.vocab_size;
+  model.max_seq_len = config.max_seq_len;
+  model.rope_theta = config.rope_theta;
+  model.rope_scaling_factor = config.rope_scaling_factor;
+  model.rope_low_freq_factor = config.rope_low_freq_factor;
+  model.rope_high_freq_factor = config.rope_high_freq_factor;
+  model.rope_original_max_position = config.rope_original_max_position;
+  model.norm_eps = config.norm_eps;
+  model.tie_embeddings = config.tie_embeddings;
+  model.attention_bias = config.attention_bias;
+  return model;
 }
 
 AdamWHyperParams adamw_hyper_params_from(const OptimizerConfigSection& optimizer) {

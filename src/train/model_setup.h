@@ -13,6 +13,10 @@ namespace anvil {
 // Returns the architecture the [model] section describes (not yet validated).
 LlamaConfig llama_config_from(const ModelConfigSection& model);
 
+// Returns the [model] section that describes `config` (the inverse of llama_config_from;
+// init_from is left empty).
+ModelConfigSection model_section_from(const LlamaConfig& config);
+
 // Returns the AdamW hyper-parameters of the [optimizer] section.
 AdamWHyperParams adamw_hyper_params_from(const OptimizerConfigSection& optimizer);
 

@@ -29,6 +29,7 @@
 #include "train/checkpointing.h"
 #include "train/data_sources.h"
 #include "train/metrics.h"
+#include "train/base_model.h"
 #include "train/model_setup.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
@@ -108,6 +109,8 @@ class Trainer {
  private:
   void start_or_resume();
   void load_initial_weights();
+  // Loads the frozen base of a LoRA run from model.init_from (checked against [model]).
+  void load_base_model();
   StepOutcome train_step(int64_t step);
   EvalRecord evaluate(int64_t step);
   void save_checkpoint();
@@ -159,9 +162,9 @@ Trainer::Trainer(const TrainRunOptions& options)
       eval_batch_size_(static_cast<int>(eval_batch_size(options.config))),
       train_batch_(int64_t{micro_batch_} * grad_accum_, seq_len_, options.config.training.doc_mask),
       eval_batch_(eval_batch_size_, seq_len_, options.config.training.doc_mask) {
-  ANVIL_CHECK(config_.lora.r == 0,
-              "[train] lora.r = {} asks for LoRA adapters; anvil train pretrains full weights "
-              "(set lora.r = 0)",
+  ANVIL_CHECK(config_.lora.r == 0 || !config_.model.init_from.empty(),
+              "[train] lora.r = {} trains adapters on a frozen base, but model.init_from names "
+              "no base model (use anvil finetune --model DIR, or set lora.r = 0)",
               config_.lora.r);
   ModelOptions model_options;
   model_options.max_batch = std::max(micro_batch_, eval_batch_size_);
@@ -169,6 +172,7 @@ Trainer::Trainer(const TrainRunOptions& options)
   model_options.compute_dtype = parse_dtype(config_.training.dtype);
   model_options.activation_checkpointing = config_.training.activation_checkpointing;
   model_options.decay_embeddings = config_.optimizer.decay_embeddings;
+  model_options.lora = lora_options_from(config_.lora);
   ParallelSettings parallel;
   parallel.dp = static_cast<int>(config_.parallel.dp);
   parallel.fsdp = static_cast<int>(config_.parallel.fsdp);
@@ -216,7 +220,25 @@ void Trainer::message(const std::string& line) {
   if (root_) printer_.message(line);
 }
 
+void Trainer::load_base_model() {
+  const std::filesystem::path base = config_.model.init_from;
+  const LlamaConfig theirs = llama_config_from_hf_json(base);
+  ANVIL_CHECK(theirs.summary() == llama_.summary(),
+              "[train] model.init_from {} holds a model with {}, but the [model] section "
+              "describes {}; make them agree",
+              base.string(), theirs.summary(), llama_.summary());
+  load_base_weights(base, *model_);
+}
+
 void Trainer::load_initial_weights() {
+  if (model_->lora_enabled()) {
+    load_base_model();
+    model_->init_lora(static_cast<uint64_t>(config_.training.seed));
+    message(fmt::format("base weights from {} (frozen); LoRA adapters r={} alpha={} on {}",
+                        config_.model.init_from, config_.lora.r, config_.lora.alpha,
+                        fmt::join(config_.lora.targets, ",")));
+    return;
+  }
   if (config_.model.init_from.empty()) {
     engine_->init_weights(static_cast<uint64_t>(config_.training.seed));
     return;
@@ -249,6 +271,10 @@ void Trainer::start_or_resume() {
       select_resume_checkpoint(options_.resume, store_, world_);
   if (checkpoint) {
     log_resume_config_changes(read_checkpoint_config(*checkpoint));
+    if (model_->lora_enabled()) {
+      check_base_record(*checkpoint, config_.model.init_from);
+      load_base_model();
+    }
     progress_ = load_checkpoint(*checkpoint, *engine_);
     progress_.cursor.check_resumable_with(data_.stream);
     ANVIL_CHECK(progress_.step <= config_.training.steps,
@@ -289,6 +315,7 @@ StepOutcome Trainer::train_step(int64_t step) {
   }
   StepOutcome outcome;
   outcome.lr = schedule_.lr_at(step);
+  model_->set_dropout_step(step);  // adapter dropout masks are a function of the step
   const StepReport report = engine_->train_step(micro_batches, outcome.lr);
   outcome.loss = report.loss.mean();
   outcome.grad_norm = report.grad_norm;
@@ -353,8 +380,12 @@ TrainResult Trainer::run() {
   message(fmt::format("data {}", data_.description));
   message(fmt::format("{} steps x {} sequences x {} tokens = {} tokens per step", total_steps,
                       global_rows, seq_len_, tokens_per_step));
-  const std::string memory = engine_->memory_table();  // collective
-  message(memory);
+  if (model_->lora_enabled()) {
+    message(finetune_memory_table(*model_, engine_->memory().optimizer));
+  } else {
+    const std::string memory = engine_->memory_table();  // collective
+    message(memory);
+  }
 
   if (progress_.step == total_steps) {
     message(fmt::format("nothing to do: the run is complete at step {}", total_steps));
@@ -419,6 +450,9 @@ TrainResult Trainer::run() {
                                           : 0.0;
   result.gflops_per_s = result.tokens_per_s * result.flops_per_token / 1e9;
   result.peak_rss_mb = peak_rss_mb();
+  const int64_t device_bytes = backend_->peak_device_bytes();
+  result.peak_device_mb =
+      device_bytes < 0 ? -1.0 : static_cast<double>(device_bytes) / (1024.0 * 1024.0);
   return result;
 }
 
@@ -437,6 +471,7 @@ std::string train_summary_json(const TrainResult& r) {
                                     {"flops_per_token", r.flops_per_token},
                                     {"gflops_per_s", r.gflops_per_s},
                                     {"peak_rss_mb", r.peak_rss_mb},
+                                    {"peak_device_mb", r.peak_device_mb},
                                     {"final_loss", r.final_loss},
                                     {"final_val_loss", nullptr},
                                     {"stopped_by_signal", r.stopped_by_signal},

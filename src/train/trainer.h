@@ -1,10 +1,12 @@
-// The training loop of `anvil train`: micro-batches accumulated into one global batch per
+// The training loop of `anvil train` and `anvil finetune`: micro-batches accumulated into one global batch per
 // optimizer step, the loss normalised by the counted target tokens of the whole global batch
 // (so the result equals PyTorch's mean cross-entropy over that batch), global-norm clipping,
 // the learning-rate schedule, periodic evaluation and checkpoints, exact resume, and a
 // graceful stop on SIGINT/SIGTERM. It runs on every rank of an MPI job (or one process):
 // the parallel engine applies data parallelism and ZeRO, and N ranks train exactly what one
-// process with the same global batch trains (docs/distributed.md).
+// process with the same global batch trains (docs/distributed.md). With lora.r > 0 the model
+// carries LoRA adapters on the frozen base named by model.init_from, and everything above
+// (optimizer, clipping, reduction, checkpoints) applies to the adapters only (docs/finetune.md).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ struct TrainResult {
   double flops_per_token = 0;
   double gflops_per_s = 0;
   double peak_rss_mb = 0;
+  double peak_device_mb = -1;  // the backend allocator's peak (MiB); -1 for host backends
   double final_loss = 0;       // training loss of the last step
   double final_val_loss = -1;  // of the last evaluation; -1 when none ran
   bool stopped_by_signal = false;

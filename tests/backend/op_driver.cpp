@@ -272,7 +272,13 @@ std::vector<std::unique_ptr<Backend>> available_backends() {
     try {
       backends.push_back(make_backend(name));
     } catch (const Error& e) {
-      std::printf("[ops] skipping backend %s: %s\n", name.c_str(), e.what());
+      // "[cuda] no CUDA device (...)" prints as "[ops] cuda skipped: no CUDA device (...)".
+      std::string reason = e.what();
+      const std::string prefix = "[" + name + "] ";
+      if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+      static std::set<std::string> reported;  // one line per backend, however often called
+      if (reported.insert(name).second)
+        std::printf("[ops] %s skipped: %s\n", name.c_str(), reason.c_str());
     }
   }
   return backends;

@@ -135,6 +135,11 @@ void CpuBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
   cpu_ref::axpy(alpha, x, y);
 }
 
+void CpuBackend::dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed) {
+  if (optimized_) return optimized_->dropout(x, out, p, seed);
+  cpu_ref::dropout(x, out, p, seed);
+}
+
 void CpuBackend::cast(const Tensor& src, const Tensor& dst) {
   if (optimized_) return optimized_->cast(src, dst);
   cpu_ref::cast(src, dst);

@@ -58,6 +58,7 @@ class CpuBackend final : public Backend {
   void scale(const Tensor& x, float alpha) override;
   void axpy(float alpha, const Tensor& x, const Tensor& y) override;
   void cast(const Tensor& src, const Tensor& dst) override;
+  void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                      int ignore_index, const Tensor& losses, const Tensor* dlogits,
                      float grad_scale) override;

@@ -53,6 +53,7 @@ class OptimizedOps {
   void scale(const Tensor& x, float alpha);
   void axpy(float alpha, const Tensor& x, const Tensor& y);
   void cast(const Tensor& src, const Tensor& dst);
+  void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed);
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                      int ignore_index, const Tensor& losses, const Tensor* dlogits,
                      float grad_scale);

@@ -9,6 +9,7 @@
 //     written, and a failure throws anvil::Error prefixed with the op ("[embedding] ...").
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
@@ -68,6 +69,10 @@ void scale(const Tensor& x, float alpha);
 void axpy(float alpha, const Tensor& x, const Tensor& y);
 // dst = src converted through f32 (exact widening, then round to nearest even).
 void cast(const Tensor& src, const Tensor& dst);
+
+// out = x * keep(i) * (1.0f / (1.0f - p)) with keep(i) = dropout_keep(seed, i, p) of
+// core/counter_hash.h, i the flat index; dropped elements are 0. out may alias x.
+void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed);
 
 // Per row: logp = (x - max) - log(sum exp(x - max)); losses = -logp[target] * mask, with
 // ignored rows 0; dlogits = (exp(logp) - onehot) * mask * grad_scale, computed after the row's

@@ -1,0 +1,202 @@
+// CudaBackend construction, memory, transfers, matmul and the registry hooks; the other ops
+// are in cuda_backend_ops.cpp. Device memory: cudaMalloc through the caching allocator; an
+// out-of-memory cudaMalloc is reported to the allocator as nullptr so it can release its
+// cache and retry before throwing.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstring>
+
+#include "backend/cuda/cuda_arg_checks.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/registry.h"
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+// Each pinned staging chunk; two are used in turn.
+constexpr size_t kStagingChunkBytes = size_t{8} << 20;
+constexpr size_t kReadbackBytes = 64;
+
+}  // namespace
+
+class CudaBackend::DeviceMemory final : public cuda::DeviceMemorySource {
+ public:
+  void* allocate(size_t bytes) override {
+    void* ptr = nullptr;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear it: the allocator retries after releasing its cache
+      return nullptr;
+    }
+    CUDA_CHECK(status);
+    return ptr;
+  }
+  void release(void* ptr) override { cudaFree(ptr); }
+};
+
+CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
+  const std::string unavailable = cuda::device_unavailable_reason();
+  ANVIL_CHECK(unavailable.empty(), "[cuda] {}", unavailable);
+  CUDA_CHECK(cudaSetDevice(device_index_));
+  device_memory_ = std::make_unique<DeviceMemory>();
+  allocator_ = std::make_unique<cuda::CachingAllocator>(*device_memory_);
+  stream_ = std::make_unique<cuda::CudaStream>();
+  staging_ = std::make_unique<cuda::PinnedStaging>(kStagingChunkBytes);
+  readback_ = std::make_unique<cuda::PinnedBuffer>(kReadbackBytes);
+  gemm_ = std::make_unique<cuda::CublasLtGemm>(*allocator_);
+  scalars_ = allocator_->allocate(kReadbackBytes);
+}
+
+CudaBackend::~CudaBackend() {
+  // Pending work may still use cached blocks; the allocator frees every block (scalars_, the
+  // RoPE tables, anything a caller leaked) when it is destroyed after the GEMM state.
+  if (stream_) cudaStreamSynchronize(stream_->get());
+  gemm_.reset();
+}
+
+void* CudaBackend::allocate(size_t bytes) { return allocator_->allocate(bytes); }
+
+void CudaBackend::deallocate(void* ptr, size_t) { allocator_->deallocate(ptr); }
+
+int64_t CudaBackend::peak_device_bytes() const {
+  return static_cast<int64_t>(allocator_->stats().peak_bytes_in_use);
+}
+
+void CudaBackend::copy_from_host(const Tensor& dst, const void* src) {
+  cuda::check_tensor(dst, "copy_from_host", "dst",
+                     {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
+  if (dst.nbytes() > 0) staging_->to_device(dst.data, src, dst.nbytes(), stream());
+}
+
+void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
+  cuda::check_tensor(src, "copy_to_host", "src",
+                     {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
+  if (src.nbytes() > 0) staging_->to_host(dst, src.data, src.nbytes(), stream());
+}
+
+void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
+  const auto any = {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16};
+  cuda::check_tensor(dst, "copy", "dst", any);
+  cuda::check_tensor(src, "copy", "src", any);
+  ANVIL_CHECK(dst.nbytes() == src.nbytes(), "[copy] dst has {} bytes but src has {}",
+              dst.nbytes(), src.nbytes());
+  if (dst.nbytes() > 0)
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDeviceToDevice,
+                               stream()));
+}
+
+void CudaBackend::fill_zero(const Tensor& t) {
+  cuda::check_tensor(t, "fill_zero", "tensor",
+                     {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
+  if (t.nbytes() > 0) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream()));
+}
+
+void CudaBackend::synchronize() { stream_->synchronize(); }
+
+void CudaBackend::read_back(void* dst, const void* src, size_t bytes) {
+  ANVIL_CHECK(bytes <= kReadbackBytes, "[cuda] read_back of {} bytes exceeds {}", bytes,
+              kReadbackBytes);
+  CUDA_CHECK(cudaMemcpyAsync(readback_->data(), src, bytes, cudaMemcpyDeviceToHost, stream()));
+  stream_->synchronize();
+  std::memcpy(dst, readback_->data(), bytes);
+}
+
+std::pair<int64_t, int32_t> CudaBackend::find_bad_index(const Tensor& indices, int64_t limit,
+                                                        bool allow_ignore, int ignore_index) {
+  auto* first_bad = static_cast<int64_t*>(scalars_);
+  cuda::launch_find_bad_index(indices.i32(), indices.numel(), limit, allow_ignore, ignore_index,
+                              first_bad, stream());
+  CUDA_CHECK_LAUNCH("find_bad_index");
+  int64_t position = -1;
+  read_back(&position, first_bad, sizeof(position));
+  if (position < 0) return {-1, 0};
+  int32_t value = 0;
+  read_back(&value, indices.i32() + position, sizeof(value));
+  return {position, value};
+}
+
+void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+                         bool transpose_b, float alpha, float beta) {
+  cuda::check_tensor(a, "matmul", "a", cuda::kActivationDtypes);
+  cuda::check_tensor(b, "matmul", "b", cuda::kActivationDtypes);
+  cuda::check_tensor(c, "matmul", "c", cuda::kActivationDtypes);
+  ANVIL_CHECK(a.dtype == b.dtype, "[matmul] a is {} but b is {}; they must share a dtype",
+              dtype_name(a.dtype), dtype_name(b.dtype));
+  const int rank = a.shape.rank();
+  ANVIL_CHECK(rank == 2 || rank == 3, "[matmul] a must have rank 2 or 3, got shape {}",
+              a.shape.str());
+  ANVIL_CHECK(b.shape.rank() == 2 || b.shape.rank() == rank,
+              "[matmul] b must have rank 2 or the rank of a ({}), got shape {}", rank,
+              b.shape.str());
+  const int64_t batches = rank == 3 ? a.shape[0] : 1;
+  if (b.shape.rank() == 3)
+    ANVIL_CHECK(b.shape[0] == batches, "[matmul] a has {} batches but b has {}", batches,
+                b.shape[0]);
+  const int64_t M = transpose_a ? a.shape.back(0) : a.shape.back(1);
+  const int64_t K = transpose_a ? a.shape.back(1) : a.shape.back(0);
+  const int64_t K_b = transpose_b ? b.shape.back(0) : b.shape.back(1);
+  const int64_t N = transpose_b ? b.shape.back(1) : b.shape.back(0);
+  ANVIL_CHECK(K == K_b,
+              "[matmul] inner dimensions differ: op(a) is ({}, {}) and op(b) is ({}, {})", M, K,
+              K_b, N);
+  const Shape c_shape = rank == 3 ? Shape{batches, M, N} : Shape{M, N};
+  ANVIL_CHECK(c.shape == c_shape, "[matmul] c has shape {}, expected {}", c.shape.str(),
+              c_shape.str());
+  ANVIL_CHECK(batches <= INT32_MAX, "[matmul] {} batches exceed cuBLASLt's limit", batches);
+  if (c.numel() == 0) return;
+  if (K == 0) {  // empty sum: c = beta * c, and c is not read when beta == 0 (as in BLAS)
+    if (beta == 0.0f) return fill_zero(c);
+    return scale(c, beta);
+  }
+  // A shared b under a transposed a cannot fold into rows; one GEMM per batch item avoids
+  // relying on cuBLASLt accepting a zero batch stride.
+  const bool per_batch = rank == 3 && b.shape.rank() == 2 && transpose_a;
+  auto gemm = [&](const Tensor& target) {
+    if (!per_batch)
+      return gemm_->run(a, b, target, transpose_a, transpose_b, alpha, beta, stream());
+    for (int64_t p = 0; p < batches; ++p)
+      gemm_->run(a[p], b, target[p], transpose_a, transpose_b, alpha, beta, stream());
+  };
+  if (a.dtype == DType::f32 && c.dtype == DType::bf16) {
+    // cuBLASLt has no f32 x f32 -> bf16 GEMM: accumulate into f32 and round once.
+    void* staging = allocator_->allocate(static_cast<size_t>(c.numel()) * sizeof(float));
+    const Tensor c32(staging, DType::f32, c.shape, c.device);
+    try {
+      if (beta != 0.0f) cast(c, c32);
+      gemm(c32);
+      cast(c32, c);
+    } catch (...) {
+      allocator_->deallocate(staging);
+      throw;
+    }
+    allocator_->deallocate(staging);
+    return;
+  }
+  gemm(c);
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(0); }
+
+std::string describe_cuda_backend() {
+  const std::string built = "cuda: built for " + cuda::built_architectures();
+  const std::string unavailable = cuda::device_unavailable_reason();
+  if (!unavailable.empty()) return built + ", " + unavailable;
+  int count = 0, runtime = 0;
+  cudaDeviceProp props{};
+  if (cudaGetDeviceCount(&count) != cudaSuccess ||
+      cudaGetDeviceProperties(&props, 0) != cudaSuccess ||
+      cudaRuntimeGetVersion(&runtime) != cudaSuccess) {
+    cudaGetLastError();
+    return built + ", device present but its properties could not be read";
+  }
+  return fmt::format("{}, device 0 of {}: {} (sm_{}{}, {:.1f} GiB, {} SMs), CUDA runtime {}.{}, "
+                     "cuBLASLt {}",
+                     built, count, props.name, props.major, props.minor,
+                     static_cast<double>(props.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0),
+                     props.multiProcessorCount, runtime / 1000, (runtime % 1000) / 10,
+                     cublasLtGetVersion());
+}
+
+}  // namespace anvil

@@ -1,0 +1,108 @@
+// The CUDA backend: device memory from a caching allocator over cudaMalloc (never managed
+// memory), one non-blocking stream on which every copy and kernel is queued in order (so a
+// block freed to the cache and handed out again is only touched after earlier work), pinned
+// staging for host transfers, cuBLASLt GEMMs, and one kernel file per op (cuda_ops.h).
+// Attention's kernels are attention*.cu (attention.h). Every op checks devices, dtypes and
+// shapes on the host, with the CPU reference's messages, before anything is launched. Ops
+// that must report bad indices (embedding, cross_entropy) or return a host value
+// (sum_squares, all_finite) synchronize; all others return with the work queued.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "backend/backend.h"
+#include "backend/cuda/caching_allocator.h"
+#include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/cuda_stream.h"
+
+namespace anvil {
+
+class CudaBackend final : public Backend {
+ public:
+  // Uses device `device_index`; throws "[cuda] no CUDA device (...)" when there is none.
+  explicit CudaBackend(int device_index = 0);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  // Returns the allocator's counters (bytes in use, peak, cached, cudaMalloc calls).
+  cuda::AllocatorStats memory_stats() const { return allocator_->stats(); }
+  int64_t peak_device_bytes() const override;
+  // Returns the stream every op of this backend is queued on.
+  cudaStream_t stream() const { return stream_->get(); }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) override;
+  Device device() const override { return Device{DeviceType::cuda, device_index_}; }
+
+  void copy_from_host(const Tensor& dst, const void* src) override;
+  void copy_to_host(void* dst, const Tensor& src) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill_zero(const Tensor& t) override;
+  void synchronize() override;
+
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+              bool transpose_b, float alpha, float beta) override;
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
+                       const Tensor& rstd, float eps) override;
+  void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
+  void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
+                    const RopeParams& params) override;
+  void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                     const RopeParams& params) override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                         const Tensor& lse, const AttentionParams& params) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& dq,
+                          const Tensor& dk, const Tensor& dv,
+                          const AttentionParams& params) override;
+  void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                       const Tensor& dgate, const Tensor& dup) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void scale(const Tensor& x, float alpha) override;
+  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
+  void cast(const Tensor& src, const Tensor& dst) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
+                     int ignore_index, const Tensor& losses, const Tensor* dlogits,
+                     float grad_scale) override;
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWParams& params, const Tensor* param_copy) override;
+  void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
+  double sum_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+
+ private:
+  class DeviceMemory;
+  // Scratch device memory returned to the cache when it goes out of scope.
+  class Scratch;
+
+  // Returns (position, value) of the first index outside [0, limit) that is not ignore_index
+  // (when allow_ignore), or position -1 when all are valid. Synchronizes.
+  std::pair<int64_t, int32_t> find_bad_index(const Tensor& indices, int64_t limit,
+                                             bool allow_ignore, int ignore_index);
+  // Returns the device copy of RoPE's inverse frequencies for this head_dim and params.
+  const float* rope_frequencies(int64_t head_dim, const RopeParams& params);
+  // Copies `bytes` of device memory at `src` into host `dst` after the queued work.
+  void read_back(void* dst, const void* src, size_t bytes);
+  void rope(const char* op, const Tensor& in, const char* in_name, const Tensor& out,
+            const char* out_name, const Tensor& positions, const RopeParams& params,
+            float direction);
+
+  int device_index_ = 0;
+  std::unique_ptr<DeviceMemory> device_memory_;
+  std::unique_ptr<cuda::CachingAllocator> allocator_;
+  std::unique_ptr<cuda::CudaStream> stream_;
+  std::unique_ptr<cuda::PinnedStaging> staging_;
+  std::unique_ptr<cuda::PinnedBuffer> readback_;
+  std::unique_ptr<cuda::CublasLtGemm> gemm_;
+  void* scalars_ = nullptr;  // small device scratch for index checks and reductions
+  std::map<std::pair<int64_t, std::string>, void*> rope_frequencies_;
+};
+
+}  // namespace anvil

@@ -1,0 +1,313 @@
+// CudaBackend's ops other than matmul: host-side checks (the CPU reference's messages), then
+// one launcher from cuda_ops.h, or the attention kernels of attention.h. Scratch memory comes
+// from the caching allocator and is released right after the launch: the stream orders its
+// reuse after the kernel that used it.
+#include <cmath>
+
+#include "backend/cpu/reference/reference_ops.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_arg_checks.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace anvil {
+
+using cuda::check_rank;
+using cuda::check_tensor;
+using cuda::in;
+using cuda::kActivationDtypes;
+using cuda::kFloatDtypes;
+using cuda::out;
+
+class CudaBackend::Scratch {
+ public:
+  Scratch(cuda::CachingAllocator& allocator, size_t bytes)
+      : allocator_(allocator), data_(allocator.allocate(bytes)) {}
+  ~Scratch() { allocator_.deallocate(data_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  cuda::CachingAllocator& allocator_;
+  void* data_;
+};
+
+void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& o) {
+  check_tensor(ids, "embedding", "ids", {DType::i32});
+  check_rank(ids, "embedding", "ids", 1);
+  check_tensor(table, "embedding", "table", kActivationDtypes);
+  check_rank(table, "embedding", "table", 2);
+  const int64_t N = ids.shape[0], V = table.shape[0], C = table.shape[1];
+  check_tensor(o, "embedding", "out", kActivationDtypes, Shape{N, C});
+  const auto [position, id] = find_bad_index(ids, V, false, 0);
+  ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
+              position);
+  cuda::launch_embedding_forward(ids.i32(), N, in(table), C, out(o), stream());
+  CUDA_CHECK_LAUNCH("embedding_forward");
+}
+
+void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
+                                     const Tensor& dtable) {
+  check_tensor(ids, "embedding_backward", "ids", {DType::i32});
+  check_rank(ids, "embedding_backward", "ids", 1);
+  check_tensor(dtable, "embedding_backward", "dtable", {DType::f32});
+  check_rank(dtable, "embedding_backward", "dtable", 2);
+  const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
+  check_tensor(dout, "embedding_backward", "dout", kActivationDtypes, Shape{N, C});
+  const auto [position, id] = find_bad_index(ids, V, false, 0);
+  ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
+              position);
+  cuda::launch_embedding_backward(ids.i32(), N, in(dout), C, dtable.f32(), stream());
+  CUDA_CHECK_LAUNCH("embedding_backward");
+}
+
+void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& o,
+                                  const Tensor& rstd, float eps) {
+  check_tensor(x, "rmsnorm", "x", kActivationDtypes);
+  check_rank(x, "rmsnorm", "x", 2);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  check_tensor(weight, "rmsnorm", "weight", kActivationDtypes, Shape{C});
+  check_tensor(o, "rmsnorm", "out", kActivationDtypes, Shape{N, C});
+  check_tensor(rstd, "rmsnorm", "rstd", {DType::f32}, Shape{N});
+  ANVIL_CHECK(C > 0, "[rmsnorm] rows must not be empty");
+  cuda::launch_rmsnorm_forward(in(x), in(weight), out(o), rstd.f32(), N, C, eps, stream());
+  CUDA_CHECK_LAUNCH("rmsnorm_forward");
+}
+
+void CudaBackend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                   const Tensor& rstd, const Tensor& dx,
+                                   const Tensor& dweight) {
+  check_tensor(x, "rmsnorm_backward", "x", kActivationDtypes);
+  check_rank(x, "rmsnorm_backward", "x", 2);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  check_tensor(dout, "rmsnorm_backward", "dout", kActivationDtypes, Shape{N, C});
+  check_tensor(weight, "rmsnorm_backward", "weight", kActivationDtypes, Shape{C});
+  check_tensor(rstd, "rmsnorm_backward", "rstd", {DType::f32}, Shape{N});
+  check_tensor(dx, "rmsnorm_backward", "dx", kActivationDtypes, Shape{N, C});
+  check_tensor(dweight, "rmsnorm_backward", "dweight", {DType::f32}, Shape{C});
+  if (N == 0 || C == 0) return;
+  const Scratch scratch(*allocator_, cuda::rmsnorm_backward_scratch_bytes(N, C));
+  cuda::launch_rmsnorm_backward(in(dout), in(x), in(weight), rstd.f32(), out(dx), dweight.f32(),
+                                N, C, scratch.data(), stream());
+  CUDA_CHECK_LAUNCH("rmsnorm_backward");
+}
+
+const float* CudaBackend::rope_frequencies(int64_t head_dim, const RopeParams& params) {
+  const std::string key =
+      fmt::format("{} {} {} {} {}", params.theta, params.scaling_factor, params.low_freq_factor,
+                  params.high_freq_factor, params.original_max_position);
+  const auto found = rope_frequencies_.find({head_dim, key});
+  if (found != rope_frequencies_.end()) return static_cast<const float*>(found->second);
+  const std::vector<float> inv_freq = cpu_ref::rope_inv_freq(head_dim, params);
+  const size_t bytes = inv_freq.size() * sizeof(float);
+  void* device = allocator_->allocate(bytes);
+  staging_->to_device(device, inv_freq.data(), bytes, stream());
+  rope_frequencies_.emplace(std::make_pair(head_dim, key), device);
+  return static_cast<const float*>(device);
+}
+
+void CudaBackend::rope(const char* op, const Tensor& x, const char* in_name, const Tensor& o,
+                       const char* out_name, const Tensor& positions, const RopeParams& params,
+                       float direction) {
+  check_tensor(x, op, in_name, kActivationDtypes);
+  check_rank(x, op, in_name, 4);
+  check_tensor(o, op, out_name, kActivationDtypes, x.shape);
+  check_tensor(positions, op, "positions", {DType::i32}, Shape{x.shape[0], x.shape[1]});
+  const int64_t D = x.shape[3];
+  ANVIL_CHECK(D % 2 == 0, "[{}] head_dim must be even, got {}", op, D);
+  if (x.numel() == 0) return;
+  const float* inv_freq = rope_frequencies(D, params);
+  cuda::launch_rope(in(x), out(o), positions.i32(), inv_freq, x.shape[0] * x.shape[1],
+                    x.shape[2], D, direction, stream());
+  CUDA_CHECK_LAUNCH(op);
+}
+
+void CudaBackend::rope_forward(const Tensor& x, const Tensor& o, const Tensor& positions,
+                               const RopeParams& params) {
+  rope("rope", x, "x", o, "out", positions, params, 1.0f);
+}
+
+void CudaBackend::rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                                const RopeParams& params) {
+  rope("rope_backward", dout, "dout", dx, "dx", positions, params, -1.0f);
+}
+
+void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& o, const Tensor& lse,
+                                    const AttentionParams& params) {
+  check_tensor(q, "attention", "q", kActivationDtypes);
+  check_tensor(k, "attention", "k", kActivationDtypes);
+  check_tensor(v, "attention", "v", kActivationDtypes);
+  check_tensor(o, "attention", "out", kActivationDtypes);
+  check_tensor(lse, "attention", "lse", {DType::f32});
+  if (params.doc_ids) check_tensor(*params.doc_ids, "attention", "doc_ids", {DType::i32});
+  cuda_attention_forward(q, k, v, o, lse, params, stream());
+  CUDA_CHECK_LAUNCH("attention_forward");
+}
+
+void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const Tensor& o, const Tensor& lse,
+                                     const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                     const AttentionParams& params) {
+  const char* op = "attention_backward";
+  for (const auto& [t, name] : {std::pair{&dout, "dout"}, {&q, "q"}, {&k, "k"}, {&v, "v"},
+                                {&o, "out"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
+    check_tensor(*t, op, name, kActivationDtypes);
+  check_tensor(lse, op, "lse", {DType::f32});
+  if (params.doc_ids) check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32});
+  const size_t workspace_bytes = cuda_attention_backward_workspace(q, k);
+  const Scratch workspace(*allocator_, workspace_bytes);
+  cuda_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, params, workspace.data(),
+                                stream());
+  CUDA_CHECK_LAUNCH("attention_backward");
+}
+
+void CudaBackend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& o) {
+  check_tensor(gate, "swiglu", "gate", kActivationDtypes);
+  check_rank(gate, "swiglu", "gate", 2);
+  check_tensor(up, "swiglu", "up", kActivationDtypes, gate.shape);
+  check_tensor(o, "swiglu", "out", kActivationDtypes, gate.shape);
+  cuda::launch_swiglu_forward(in(gate), in(up), out(o), gate.numel(), stream());
+  CUDA_CHECK_LAUNCH("swiglu_forward");
+}
+
+void CudaBackend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                                  const Tensor& dgate, const Tensor& dup) {
+  const char* op = "swiglu_backward";
+  check_tensor(gate, op, "gate", kActivationDtypes);
+  check_rank(gate, op, "gate", 2);
+  check_tensor(up, op, "up", kActivationDtypes, gate.shape);
+  check_tensor(dout, op, "dout", kActivationDtypes, gate.shape);
+  check_tensor(dgate, op, "dgate", kActivationDtypes, gate.shape);
+  check_tensor(dup, op, "dup", kActivationDtypes, gate.shape);
+  cuda::launch_swiglu_backward(in(dout), in(gate), in(up), out(dgate), out(dup), gate.numel(),
+                               stream());
+  CUDA_CHECK_LAUNCH("swiglu_backward");
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& o) {
+  check_tensor(a, "add", "a", kFloatDtypes);
+  check_tensor(b, "add", "b", kFloatDtypes, a.shape);
+  check_tensor(o, "add", "out", kFloatDtypes, a.shape);
+  cuda::launch_add(in(a), in(b), out(o), a.numel(), stream());
+  CUDA_CHECK_LAUNCH("add");
+}
+
+void CudaBackend::scale(const Tensor& x, float alpha) {
+  check_tensor(x, "scale", "x", kFloatDtypes);
+  cuda::launch_scale(out(x), alpha, x.numel(), stream());
+  CUDA_CHECK_LAUNCH("scale");
+}
+
+void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
+  check_tensor(x, "axpy", "x", kFloatDtypes);
+  check_tensor(y, "axpy", "y", kFloatDtypes, x.shape);
+  cuda::launch_axpy(alpha, in(x), out(y), x.numel(), stream());
+  CUDA_CHECK_LAUNCH("axpy");
+}
+
+void CudaBackend::cast(const Tensor& src, const Tensor& dst) {
+  check_tensor(src, "cast", "src", kFloatDtypes);
+  check_tensor(dst, "cast", "dst", kFloatDtypes, src.shape);
+  cuda::launch_cast(in(src), out(dst), src.numel(), stream());
+  CUDA_CHECK_LAUNCH("cast");
+}
+
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
+                                const Tensor* loss_mask, int ignore_index, const Tensor& losses,
+                                const Tensor* dlogits, float grad_scale) {
+  const char* op = "cross_entropy";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], V = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
+  check_tensor(losses, op, "losses", {DType::f32}, Shape{N});
+  if (dlogits) check_tensor(*dlogits, op, "dlogits", kActivationDtypes, logits.shape);
+  const auto [row, target] = find_bad_index(targets, V, true, ignore_index);
+  ANVIL_CHECK(row < 0,
+              "[cross_entropy] target {} out of range [0, {}) at row {} (ignore_index is {})",
+              target, V, row, ignore_index);
+  const cuda::MutableArray gradient =
+      dlogits ? out(*dlogits) : cuda::MutableArray{nullptr, DType::f32};
+  cuda::launch_cross_entropy(in(logits), targets.i32(), loss_mask ? loss_mask->f32() : nullptr,
+                             ignore_index, losses.f32(), gradient, grad_scale, N, V, stream());
+  CUDA_CHECK_LAUNCH("cross_entropy");
+}
+
+void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
+                             const Tensor& v, const AdamWParams& params,
+                             const Tensor* param_copy) {
+  const char* op = "adamw";
+  check_tensor(param, op, "param", {DType::f32});
+  check_tensor(grad, op, "grad", {DType::f32});
+  check_tensor(m, op, "m", {DType::f32});
+  check_tensor(v, op, "v", {DType::f32});
+  for (const Tensor* t : {&grad, &m, &v})
+    ANVIL_CHECK(t->numel() == param.numel(), "[adamw] param has {} elements but a state tensor "
+                "has {}", param.numel(), t->numel());
+  if (param_copy) {
+    check_tensor(*param_copy, op, "param_copy", kFloatDtypes);
+    ANVIL_CHECK(param_copy->numel() == param.numel(),
+                "[adamw] param has {} elements but param_copy has {}", param.numel(),
+                param_copy->numel());
+  }
+  ANVIL_CHECK(params.step >= 1, "[adamw] step is 1-based, got {}", params.step);
+  // The scalars exactly as cpu/reference/adamw.cpp derives them.
+  const double lr = params.lr, beta1 = params.beta1, beta2 = params.beta2;
+  const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(params.step));
+  const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(params.step));
+  cuda::AdamWScalars scalars{};
+  scalars.grad_scale = params.grad_scale;
+  scalars.decay = static_cast<float>(1.0 - lr * params.weight_decay);
+  scalars.beta1 = params.beta1;
+  scalars.beta2 = params.beta2;
+  scalars.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  scalars.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  scalars.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  scalars.eps = params.eps;
+  const cuda::MutableArray copy =
+      param_copy ? out(*param_copy) : cuda::MutableArray{nullptr, DType::f32};
+  cuda::launch_adamw(param.f32(), grad.f32(), m.f32(), v.f32(), copy, scalars, param.numel(),
+                     stream());
+  CUDA_CHECK_LAUNCH("adamw");
+}
+
+void CudaBackend::dropout(const Tensor& x, const Tensor& o, float p, uint64_t seed) {
+  check_tensor(x, "dropout", "x", kActivationDtypes);
+  check_tensor(o, "dropout", "out", kActivationDtypes, x.shape);
+  ANVIL_CHECK(p >= 0.0f && p < 1.0f, "[dropout] p must lie in [0, 1), got {}", p);
+  cuda::launch_dropout(in(x), out(o), p, seed, x.numel(), stream());
+  CUDA_CHECK_LAUNCH("dropout");
+}
+
+double CudaBackend::sum_squares(const Tensor& x) {
+  check_tensor(x, "sum_squares", "x", kFloatDtypes);
+  if (x.numel() == 0) return 0.0;
+  const Scratch partials(*allocator_,
+                         static_cast<size_t>(cuda::sum_squares_scratch_count()) * sizeof(double));
+  auto* result = static_cast<double*>(scalars_);
+  cuda::launch_sum_squares(in(x), x.numel(), static_cast<double*>(partials.data()), result,
+                           stream());
+  CUDA_CHECK_LAUNCH("sum_squares");
+  double sum = 0.0;
+  read_back(&sum, result, sizeof(sum));
+  return sum;
+}
+
+bool CudaBackend::all_finite(const Tensor& x) {
+  check_tensor(x, "all_finite", "x", kFloatDtypes);
+  if (x.numel() == 0) return true;
+  auto* flag = static_cast<int*>(scalars_);
+  CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream()));
+  cuda::launch_find_nonfinite(in(x), x.numel(), flag, stream());
+  CUDA_CHECK_LAUNCH("all_finite");
+  int nonfinite = 0;
+  read_back(&nonfinite, flag, sizeof(nonfinite));
+  return nonfinite == 0;
+}
+
+}  // namespace anvil

@@ -1,0 +1,97 @@
+// Kernel launchers of the CUDA backend, one group per op, each implemented in <op>.cu. They
+// take raw device pointers with their storage dtype and sizes already validated by
+// CudaBackend (cuda_backend.cpp), enqueue on `stream` and return without synchronizing; the
+// caller checks the launch with CUDA_CHECK_LAUNCH. Conventions (=, +=, aliasing, rounding)
+// are those of backend/backend.h and the CPU reference. No CUDA device code in this header, so
+// host .cpp files include it as is.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace anvil::cuda {
+
+// A read-only device array of a float storage dtype (f32, bf16 or f16).
+struct ConstArray {
+  const void* data;
+  DType dtype;
+};
+// A writable device array of a float storage dtype.
+struct MutableArray {
+  void* data;
+  DType dtype;
+};
+
+// Writes into *first_bad (device) the smallest position whose index lies outside [0, limit)
+// and is not `ignore_index` (when allow_ignore), or -1 when all are valid.
+void launch_find_bad_index(const int32_t* indices, int64_t count, int64_t limit,
+                           bool allow_ignore, int32_t ignore_index, int64_t* first_bad,
+                           cudaStream_t stream);
+
+// out (N, C) = table (V, C)[ids].
+void launch_embedding_forward(const int32_t* ids, int64_t rows, ConstArray table, int64_t cols,
+                              MutableArray out, cudaStream_t stream);
+// dtable (V, C) f32 += dout rows by ids, each table row summed in token order by one block.
+void launch_embedding_backward(const int32_t* ids, int64_t rows, ConstArray dout, int64_t cols,
+                               float* dtable, cudaStream_t stream);
+
+// out = weight * (x * rstd), rstd (N) = 1/sqrt(mean(x^2) + eps).
+void launch_rmsnorm_forward(ConstArray x, ConstArray weight, MutableArray out, float* rstd,
+                            int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+// Returns the device scratch bytes launch_rmsnorm_backward needs.
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols);
+// dx += ..., dweight += ... (see cpu reference); scratch holds per-chunk dweight partials.
+void launch_rmsnorm_backward(ConstArray dout, ConstArray x, ConstArray weight, const float* rstd,
+                             MutableArray dx, float* dweight, int64_t rows, int64_t cols,
+                             void* scratch, cudaStream_t stream);
+
+// Rotates (B*T, H, D) rows of `in` into `out` by positions (B*T) * inv_freq (D/2);
+// direction -1 applies the inverse rotation. out may alias in.
+void launch_rope(ConstArray in, MutableArray out, const int32_t* positions,
+                 const float* inv_freq, int64_t tokens, int64_t heads, int64_t head_dim,
+                 float direction, cudaStream_t stream);
+
+// out = silu(gate) * up over n elements.
+void launch_swiglu_forward(ConstArray gate, ConstArray up, MutableArray out, int64_t n,
+                           cudaStream_t stream);
+// dgate =, dup = over n elements.
+void launch_swiglu_backward(ConstArray dout, ConstArray gate, ConstArray up, MutableArray dgate,
+                            MutableArray dup, int64_t n, cudaStream_t stream);
+
+// out = a + b; x *= alpha; y += alpha * x; dst = src (all over n elements, aliasing allowed).
+void launch_add(ConstArray a, ConstArray b, MutableArray out, int64_t n, cudaStream_t stream);
+void launch_scale(MutableArray x, float alpha, int64_t n, cudaStream_t stream);
+void launch_axpy(float alpha, ConstArray x, MutableArray y, int64_t n, cudaStream_t stream);
+void launch_cast(ConstArray src, MutableArray dst, int64_t n, cudaStream_t stream);
+
+// Fused softmax cross-entropy, one block per row; dlogits.data may be null or alias logits.
+void launch_cross_entropy(ConstArray logits, const int32_t* targets, const float* loss_mask,
+                          int32_t ignore_index, float* losses, MutableArray dlogits,
+                          float grad_scale, int64_t rows, int64_t vocab, cudaStream_t stream);
+
+// The f32 scalars of one AdamW step, computed on the host as cpu/reference/adamw.cpp does.
+struct AdamWScalars {
+  float grad_scale, decay, beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float neg_step_size, bias_correction2_sqrt, eps;
+};
+// One AdamW step over n elements; param_copy.data may be null.
+void launch_adamw(float* param, const float* grad, float* m, float* v, MutableArray param_copy,
+                  const AdamWScalars& scalars, int64_t n, cudaStream_t stream);
+
+// out = x * keep(i) / (1 - p) with core/counter_hash.h's mask; out may alias x.
+void launch_dropout(ConstArray x, MutableArray out, float p, uint64_t seed, int64_t n,
+                    cudaStream_t stream);
+
+// Returns the number of doubles of scratch launch_sum_squares needs.
+int64_t sum_squares_scratch_count();
+// Writes sum(x^2) (double, fixed reduction order: deterministic) into *result (device).
+void launch_sum_squares(ConstArray x, int64_t n, double* scratch, double* result,
+                        cudaStream_t stream);
+// Sets *nonfinite (device int, zeroed by the caller) to 1 when any element is NaN or inf.
+void launch_find_nonfinite(ConstArray x, int64_t n, int* nonfinite, cudaStream_t stream);
+
+}  // namespace anvil::cuda

@@ -1,0 +1,52 @@
+// Reductions behind gradient clipping and overflow checks. sum_squares accumulates in double
+// in a fixed order (per-thread strides, then block sums into scratch, then one block adds the
+// block sums), so it is deterministic run to run. find_nonfinite only ever writes 1, so its
+// racing stores are benign.
+#include "backend/cuda/device_common.cuh"
+
+namespace anvil::cuda {
+namespace {
+
+constexpr int64_t kSumBlocks = 1024;
+
+__global__ void sum_squares_partial_kernel(ConstArray x, int64_t n, double* partials) {
+  double sum = 0.0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const double value = load_float(x, i);
+    sum += value * value;
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void sum_squares_finish_kernel(const double* partials, int64_t count, double* result) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) *result = sum;
+}
+
+__global__ void find_nonfinite_kernel(ConstArray x, int64_t n, int* nonfinite) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    if (!isfinite(load_float(x, i))) *nonfinite = 1;
+}
+
+}  // namespace
+
+int64_t sum_squares_scratch_count() { return kSumBlocks; }
+
+void launch_sum_squares(ConstArray x, int64_t n, double* scratch, double* result,
+                        cudaStream_t stream) {
+  const unsigned blocks = grid_for(n) < kSumBlocks ? grid_for(n) : kSumBlocks;
+  sum_squares_partial_kernel<<<blocks, kBlockSize, 0, stream>>>(x, n, scratch);
+  sum_squares_finish_kernel<<<1, kBlockSize, 0, stream>>>(scratch, blocks, result);
+}
+
+void launch_find_nonfinite(ConstArray x, int64_t n, int* nonfinite, cudaStream_t stream) {
+  if (n == 0) return;
+  find_nonfinite_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(x, n, nonfinite);
+}
+
+}  // namespace anvil::cuda

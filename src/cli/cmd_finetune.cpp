@@ -1,0 +1,137 @@
+// `anvil finetune --model <hf-dir> --data <file.jsonl|shard-dir>`: supervised fine-tuning with
+// LoRA adapters (default) or of every weight (--full). JSONL is rendered with the chat template
+// into <run-dir>/data first; the run then trains like `anvil train` (checkpoints, exact resume,
+// mpirun / anvil launch, SIGINT/SIGTERM), and at the end world rank 0 writes the result into
+// the run directory: adapter/ (a PEFT adapter) for LoRA, hf/ (a Hugging Face model) for --full.
+// Running the same command again continues the run from its newest checkpoint.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "cli/command.h"
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "parallel/collectives.h"
+#include "train/config.h"
+#include "train/finetune.h"
+#include "train/finetune_export.h"
+#include "train/run_dir.h"
+#include "train/trainer.h"
+
+namespace anvil::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFooter = R"(
+LoRA (default): the base weights are frozen (bf16 with --training.dtype=bf16) and only the
+adapters train: --lora.r 8 --lora.alpha 16 --lora.dropout 0.05 --lora.targets=q_proj,k_proj,
+v_proj,o_proj by default (any of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj).
+--full trains every weight instead (it takes no --lora.* flags).
+
+Data: a .jsonl file of chat records {"messages": [{"role": "user", "content": ...}, ...]} or
+alpaca records {"instruction", "input", "output"}, rendered with --chat-template (default: the
+tokenizer's, see docs/finetune.md) with the loss on assistant tokens only, or a folder made by
+`anvil prepare --sft`. 5% of the JSONL examples are held out for validation.
+
+Defaults: lr 2e-4 (LoRA) / 2e-5 (full), cosine to 0 after 3% warmup, no weight decay, batch 4,
+seq_len min(512, the model's context), packed examples with document masks, --epochs 3 unless
+--training.steps is set. Any configuration key works as --section.key=value (see
+anvil train --help for the list).
+
+Several processes: mpirun -np N anvil finetune ... or anvil launch --nproc N -- finetune ...
+(data parallel; LoRA runs with parallel.zero_stage = 0, full fine-tunes with any stage).
+
+Output: <run-dir>/adapter (PEFT adapter_config.json + adapter_model.safetensors) or
+<run-dir>/hf (full model); `anvil export --run DIR --out D [--merge]` exports any checkpoint.
+)";
+
+int run_finetune(const std::vector<std::string>& raw_args) {
+  std::vector<std::string> args = raw_args;
+  FinetuneRequest request;
+  request.overrides = extract_config_overrides(args);
+  CLI::App app(
+      "Fine-tune a Hugging Face model on instruction data: LoRA adapters by default, "
+      "every weight with --full.",
+      "anvil finetune");
+  std::string model_dir, run_dir_arg, backend = "cpu";
+  app.add_option("--model", model_dir, "base model: a Hugging Face model directory")->required();
+  app.add_option("--data", request.data,
+                 "SFT data: a .jsonl file (chat or alpaca records) or a shard folder from "
+                 "`anvil prepare --sft` (not needed when resuming)");
+  app.add_flag("--full", request.full, "train every weight instead of LoRA adapters");
+  app.add_option("--config", request.config_path, "TOML file applied over the SFT defaults");
+  app.add_option("--run-dir", run_dir_arg, "run directory (default: runs/sft-<time>)");
+  app.add_option("--chat-template", request.chat_template,
+                 "llama3, chatml, llama2 or plain (default: from the tokenizer)");
+  app.add_option("--epochs", request.epochs,
+                 "passes over the training data (unless "
+                 "--training.steps is set)")
+      ->capture_default_str();
+  app.add_option("--packing", request.packing,
+                 "JSONL: true packs examples back to back (document masks keep them apart); "
+                 "false pads each example to whole windows of training.seq_len")
+      ->capture_default_str();
+  app.add_option("--resume", request.resume,
+                 "auto: continue from the newest valid checkpoint; never; or a checkpoint folder")
+      ->capture_default_str();
+  app.add_option("--backend", backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  ThreadOption threads;
+  threads.add_to(app);
+  app.footer(kFooter);
+  if (!parse_args(app, args)) return 0;
+  threads.configure();
+
+  Communicator& world = anvil::world();
+  const bool root = world.rank() == 0;
+  if (run_dir_arg.empty()) {
+    if (root) run_dir_arg = default_run_dir("sft").string();
+    broadcast_string(world, run_dir_arg, 0);
+  }
+  request.model_dir = model_dir;
+  request.run_dir = run_dir_arg;
+
+  TrainRunOptions options;
+  options.config = resolve_finetune_config(request, world);
+  options.run_dir = request.run_dir;
+  options.resume = request.resume;
+  options.backend = backend;
+  options.resume_command = fmt::format("anvil finetune --model {} --run-dir {}",
+                                       shell_quote(model_dir), shell_quote(run_dir_arg));
+  options.world = &world;
+  const bool lora = options.config.lora.r > 0;
+  const TrainResult result = run_training(options);
+  if (!root) return 0;
+  if (result.steps_this_run > 0) {
+    log_info("trained steps {}-{}: final loss {:.4f}{} | {:.0f} tokens/s | peak RSS {:.0f} MB",
+             result.final_step - result.steps_this_run + 1, result.final_step, result.final_loss,
+             result.final_val_loss >= 0 ? fmt::format(", val loss {:.4f}", result.final_val_loss)
+                                        : std::string(),
+             result.tokens_per_s, result.peak_rss_mb);
+  }
+  if (!result.stopped_by_signal && !result.last_checkpoint.empty()) {
+    const fs::path out = request.run_dir / (lora ? "adapter" : "hf");
+    std::error_code ignored;
+    fs::remove_all(out, ignored);  // the export of an earlier, shorter leg of this run
+    ExportRequest export_request;
+    export_request.checkpoint = result.last_checkpoint;
+    export_request.out = out;
+    log_info("{}", export_run(export_request));
+    const std::string try_it =
+        lora ? fmt::format("anvil generate --model {} --adapter {} --chat", shell_quote(model_dir),
+                           shell_quote(out.string()))
+             : fmt::format("anvil generate --model {} --chat", shell_quote(out.string()));
+    log_info("try it: {}", try_it);
+  }
+  if (options.config.logging.json) fmt::print("{}\n", train_summary_json(result));
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+ANVIL_COMMAND("finetune", "fine-tune an HF model on chat/instruction JSONL (LoRA, or --full)", 12,
+              run_finetune);
+
+}  // namespace anvil::cli

@@ -1,0 +1,325 @@
+// Collectives over NCCL for tensors on one CUDA device per rank. Each communicator owns a CUDA
+// stream: a collective first makes that stream wait (on the device, through an event) for the
+// producer stream's queued work, enqueues the NCCL call, and either synchronises (blocking
+// variants) or returns a handle holding an event (async variants). Plain f32/i32/u32 sums run
+// as one NCCL call. Rank-order sums, max and 16-bit sums move every rank's contribution with
+// NCCL (all_gather, or grouped send/recv for reduce_scatter) into device scratch, then reduce
+// on the host with comm/reduce_kernels.h, so their bits equal the MPI communicator's; they are
+// meant for small tensors (norms, flags, metrics), not for gradient buckets.
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "comm/comm_common.h"
+#include "comm/device_communicator.h"
+#include "comm/nccl/nccl_runtime.h"
+#include "comm/reduce_kernels.h"
+#include "core/error.h"
+
+namespace anvil::nccl {
+namespace {
+
+// Device memory freed on destruction.
+struct DeviceScratch {
+  void* data = nullptr;
+  explicit DeviceScratch(size_t bytes) {
+    if (bytes > 0) NCCL_CUDA_CHECK(cudaMalloc(&data, bytes));
+  }
+  ~DeviceScratch() {
+    if (data != nullptr) cudaFree(data);
+  }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+};
+
+// A collective queued on the communicator's stream; `finish` (may be empty) runs on the host
+// once the device work is done, exactly once.
+class NcclHandle final : public CommHandle {
+ public:
+  NcclHandle(cudaStream_t stream, int device, std::unique_ptr<DeviceScratch> scratch,
+             std::function<void()> finish)
+      : device_(device), scratch_(std::move(scratch)), finish_(std::move(finish)) {
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    NCCL_CUDA_CHECK(cudaEventRecord(done_, stream));
+  }
+  ~NcclHandle() override {
+    if (!finished_) {
+      cudaSetDevice(device_);
+      cudaEventSynchronize(done_);
+    }
+    cudaEventDestroy(done_);
+  }
+
+  void wait() override {
+    if (finished_) return;
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    NCCL_CUDA_CHECK(cudaEventSynchronize(done_));
+    complete();
+  }
+
+  bool test() override {
+    if (finished_) return true;
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    const cudaError_t status = cudaEventQuery(done_);
+    if (status == cudaErrorNotReady) return false;
+    NCCL_CUDA_CHECK(status);
+    complete();
+    return true;
+  }
+
+ private:
+  void complete() {
+    finished_ = true;
+    if (finish_) finish_();
+    scratch_.reset();
+  }
+
+  int device_;
+  cudaEvent_t done_ = nullptr;
+  std::unique_ptr<DeviceScratch> scratch_;
+  std::function<void()> finish_;
+  bool finished_ = false;
+};
+
+// Returns whether the byte ranges of two tensors overlap.
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const char* a_begin = static_cast<const char*>(a.data);
+  const char* b_begin = static_cast<const char*>(b.data);
+  return a.numel() > 0 && b.numel() > 0 && a_begin < b_begin + b.nbytes() &&
+         b_begin < a_begin + a.nbytes();
+}
+
+// Reduces `ranks` contiguous rows of `count` elements (host memory) into `out` in rank order.
+void reduce_rows_on_host(const std::vector<uint8_t>& rows, int ranks, int64_t count, DType dtype,
+                         ReduceOp op, void* out) {
+  if (op == ReduceOp::max) {
+    const size_t row_bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    std::memcpy(out, rows.data(), row_bytes);
+    for (int r = 1; r < ranks; ++r) max_into(rows.data() + r * row_bytes, out, count, dtype);
+    return;
+  }
+  sum_in_rank_order(rows.data(), ranks, count, dtype, out);
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t producer)
+      : comm_(comm), device_(device), producer_(producer) {
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+    NCCL_CHECK(ncclCommCount(comm_, &size_));
+    NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&producer_ready_, cudaEventDisableTiming));
+    NCCL_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(float)));
+  }
+
+  ~NcclCommunicator() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+    cudaFree(barrier_word_);
+    cudaEventDestroy(producer_ready_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ANVIL_CHECK(color >= 0, "[comm] split color must be >= 0, got {}", color);
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    ncclComm_t sub = nullptr;
+    NCCL_CHECK(ncclCommSplit(comm_, color, key, &sub, nullptr));
+    return std::make_unique<NcclCommunicator>(sub, device_, producer_);
+  }
+
+  void all_reduce(const Tensor& t, ReduceOp op) override { all_reduce_async(t, op)->wait(); }
+  void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    reduce_scatter_async(in, out, op)->wait();
+  }
+  void all_gather(const Tensor& in, const Tensor& out) override {
+    all_gather_async(in, out)->wait();
+  }
+
+  void broadcast(const Tensor& t, int root) override {
+    check_rank_arg(root, size_, "broadcast root");
+    check_device_tensor(t, "broadcast tensor");
+    if (t.numel() == 0) return;
+    begin();
+    NCCL_CHECK(ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, comm_, stream_));
+    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void barrier() override {
+    begin();
+    NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_,
+                             stream_));
+    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void send(const Tensor& t, int peer) override {
+    check_rank_arg(peer, size_, "peer");
+    check_device_tensor(t, "send tensor");
+    if (t.numel() == 0) return;
+    begin();
+    NCCL_CHECK(ncclSend(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
+    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void recv(const Tensor& t, int peer) override {
+    check_rank_arg(peer, size_, "peer");
+    check_device_tensor(t, "recv tensor");
+    if (t.numel() == 0) return;
+    begin();
+    NCCL_CHECK(ncclRecv(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
+    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  std::unique_ptr<CommHandle> all_reduce_async(const Tensor& t, ReduceOp op) override {
+    check_device_tensor(t, "all_reduce tensor");
+    if (t.numel() == 0) return make_completed_handle();
+    begin();
+    if (runs_on_nccl(op, t.dtype)) {
+      NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()),
+                               datatype_of(t.dtype), ncclSum, comm_, stream_));
+      return handle(nullptr, {});
+    }
+    auto scratch = std::make_unique<DeviceScratch>(t.nbytes() * size_);
+    NCCL_CHECK(ncclAllGather(t.data, scratch->data, t.nbytes(), ncclUint8, comm_, stream_));
+    return reduce_on_host_after(std::move(scratch), t, op);
+  }
+
+  std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                                   ReduceOp op) override {
+    check_device_tensor(in, "reduce_scatter input");
+    check_device_tensor(out, "reduce_scatter output");
+    ANVIL_CHECK(in.dtype == out.dtype, "[comm] reduce_scatter input is {} but output is {}",
+                dtype_name(in.dtype), dtype_name(out.dtype));
+    ANVIL_CHECK(in.numel() == out.numel() * size_,
+                "[comm] reduce_scatter over {} ranks needs an input of {} x {} elements, got {}",
+                size_, size_, out.numel(), in.numel());
+    ANVIL_CHECK(!overlaps(in, out), "[comm] reduce_scatter input and output overlap");
+    if (out.numel() == 0) return make_completed_handle();
+    begin();
+    if (runs_on_nccl(op, in.dtype)) {
+      NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()),
+                                   datatype_of(in.dtype), ncclSum, comm_, stream_));
+      return handle(nullptr, {});
+    }
+    // Rank r collects every rank's slice r (an all-to-all), then reduces on the host.
+    const size_t slice = out.nbytes();
+    auto scratch = std::make_unique<DeviceScratch>(slice * size_);
+    NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size_; ++peer) {
+      NCCL_CHECK(ncclSend(static_cast<const char*>(in.data) + peer * slice, slice, ncclUint8,
+                          peer, comm_, stream_));
+      NCCL_CHECK(ncclRecv(static_cast<char*>(scratch->data) + peer * slice, slice, ncclUint8,
+                          peer, comm_, stream_));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    return reduce_on_host_after(std::move(scratch), out, op);
+  }
+
+  std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override {
+    check_device_tensor(in, "all_gather input");
+    check_device_tensor(out, "all_gather output");
+    ANVIL_CHECK(in.dtype == out.dtype, "[comm] all_gather input is {} but output is {}",
+                dtype_name(in.dtype), dtype_name(out.dtype));
+    ANVIL_CHECK(out.numel() == in.numel() * size_,
+                "[comm] all_gather over {} ranks needs an output of {} x {} elements, got {}",
+                size_, size_, in.numel(), out.numel());
+    ANVIL_CHECK(!overlaps(in, out) || all_gather_is_in_place(in, out, rank_),
+                "[comm] all_gather input overlaps the output but is not rank {}'s slice of it",
+                rank_);
+    if (in.numel() == 0) return make_completed_handle();
+    begin();
+    // NCCL's in-place form is exactly sendbuff == recvbuff + rank * count.
+    NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
+    return handle(nullptr, {});
+  }
+
+ private:
+  void check_device_tensor(const Tensor& t, const char* what) const {
+    ANVIL_CHECK(t.device.type == DeviceType::cuda && t.device.index == device_,
+                "[comm] {} must be on cuda:{} for this NCCL communicator", what, device_);
+    ANVIL_CHECK(t.data != nullptr || t.numel() == 0, "[comm] {} has {} elements but no memory",
+                what, t.numel());
+  }
+
+  // Selects the device and makes the communicator's stream wait for the producer's work.
+  void begin() {
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    NCCL_CUDA_CHECK(cudaEventRecord(producer_ready_, producer_));
+    NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_ready_, 0));
+  }
+
+  std::unique_ptr<CommHandle> handle(std::unique_ptr<DeviceScratch> scratch,
+                                     std::function<void()> finish) {
+    return std::make_unique<NcclHandle>(stream_, device_, std::move(scratch), std::move(finish));
+  }
+
+  // Returns a handle that, once `scratch` holds every rank's contribution (size rows of
+  // result.numel() elements), reduces them in rank order on the host into `result`.
+  std::unique_ptr<CommHandle> reduce_on_host_after(std::unique_ptr<DeviceScratch> scratch,
+                                                   const Tensor& result, ReduceOp op) {
+    const void* rows_on_device = scratch->data;
+    const int ranks = size_;
+    const int device = device_;
+    auto finish = [rows_on_device, ranks, device, result, op] {
+      std::vector<uint8_t> rows(result.nbytes() * ranks);
+      std::vector<uint8_t> reduced(result.nbytes());
+      NCCL_CUDA_CHECK(cudaSetDevice(device));
+      NCCL_CUDA_CHECK(cudaMemcpy(rows.data(), rows_on_device, rows.size(), cudaMemcpyDeviceToHost));
+      reduce_rows_on_host(rows, ranks, result.numel(), result.dtype, op, reduced.data());
+      NCCL_CUDA_CHECK(
+          cudaMemcpy(result.data, reduced.data(), reduced.size(), cudaMemcpyHostToDevice));
+    };
+    return handle(std::move(scratch), std::move(finish));
+  }
+
+  ncclComm_t comm_ = nullptr;
+  int device_ = 0;
+  cudaStream_t producer_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t producer_ready_ = nullptr;
+  float* barrier_word_ = nullptr;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+}  // namespace anvil::nccl
+
+namespace anvil {
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
+                                                     void* producer_stream) {
+  using namespace nccl;
+  int device_count = 0;
+  NCCL_CUDA_CHECK(cudaGetDeviceCount(&device_count));
+  ANVIL_CHECK(device >= 0 && device < device_count,
+              "[nccl] device {} does not exist ({} CUDA devices)", device, device_count);
+  NCCL_CUDA_CHECK(cudaSetDevice(device));
+  // Rank 0's id and the status of creating it travel together, so that every rank fails
+  // with the same message instead of waiting on a rank that gave up.
+  static_assert(sizeof(ncclUniqueId) % sizeof(uint32_t) == 0, "the id travels as u32 words");
+  constexpr size_t kIdWords = sizeof(ncclUniqueId) / sizeof(uint32_t);
+  std::vector<uint32_t> message(kIdWords + 1, 0);
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) {
+    const ncclResult_t result = ncclGetUniqueId(&id);
+    message[kIdWords] = static_cast<uint32_t>(result);
+    std::memcpy(message.data(), &id, sizeof(id));
+  }
+  bootstrap.broadcast(Tensor(message.data(), DType::u32, Shape{static_cast<int64_t>(message.size())}),
+                      0);
+  check_nccl(static_cast<ncclResult_t>(message[kIdWords]), "ncclGetUniqueId (on rank 0)",
+             __FILE__, __LINE__);
+  std::memcpy(&id, message.data(), sizeof(id));
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  return std::make_unique<NcclCommunicator>(comm, device,
+                                            static_cast<cudaStream_t>(producer_stream));
+}
+
+}  // namespace anvil

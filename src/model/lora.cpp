@@ -1,0 +1,175 @@
+// LoRA adapter layout, names, initialisation and the per-projection forward/backward math.
+// Each adapted projection keeps h = drop(x) A^T (N, r) from the forward pass; the dropped
+// input is re-created in backward from the same seed instead of being stored.
+#include "model/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/counter_hash.h"
+#include "core/error.h"
+#include "model/llama_parameters.h"
+#include "model/random.h"
+
+namespace anvil {
+
+namespace {
+
+// Returns "self_attn" or "mlp": the module holding a target.
+const char* target_module(LoraTarget target) {
+  return static_cast<int>(target) <= static_cast<int>(LoraTarget::o_proj) ? "self_attn" : "mlp";
+}
+
+int index_of(LoraTarget target) { return static_cast<int>(target); }
+
+// Returns the dropout seed of one target from the layer's seed.
+uint64_t target_seed(uint64_t layer_seed, LoraTarget target) {
+  return dropout_hash(layer_seed, static_cast<uint64_t>(index_of(target)) + 1);
+}
+
+// Returns t (any shape) viewed as (rows, cols).
+Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
+
+}  // namespace
+
+const std::array<std::string, kLoraTargetCount>& lora_target_names() {
+  static const std::array<std::string, kLoraTargetCount> names = {
+      "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return names;
+}
+
+LoraTarget parse_lora_target(const std::string& name) {
+  const auto& names = lora_target_names();
+  for (int i = 0; i < kLoraTargetCount; ++i)
+    if (names[i] == name) return static_cast<LoraTarget>(i);
+  ANVIL_FAIL("[lora] unknown target '{}' (valid: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+             "up_proj, down_proj)",
+             name);
+}
+
+std::string lora_param_name(int layer, const std::string& target, char which) {
+  ANVIL_CHECK(which == 'A' || which == 'B', "[lora] adapter matrix must be 'A' or 'B', got '{}'",
+              which);
+  const LoraTarget t = parse_lora_target(target);
+  return "model.layers." + std::to_string(layer) + "." + target_module(t) + "." + target +
+         ".lora_" + which + ".weight";
+}
+
+std::array<int64_t, 2> lora_target_dims(const LlamaConfig& config, LoraTarget target) {
+  const int64_t c = config.dim, q = config.q_dim(), kv = config.kv_dim(), f = config.ffn_dim;
+  switch (target) {
+    case LoraTarget::q_proj: return {q, c};
+    case LoraTarget::k_proj: return {kv, c};
+    case LoraTarget::v_proj: return {kv, c};
+    case LoraTarget::o_proj: return {c, q};
+    case LoraTarget::gate_proj: return {f, c};
+    case LoraTarget::up_proj: return {f, c};
+    case LoraTarget::down_proj: return {c, f};
+  }
+  ANVIL_FAIL("[lora] invalid target {}", index_of(target));
+}
+
+void validate_lora_options(const LoraOptions& options) {
+  ANVIL_CHECK(options.r >= 1, "[lora] r must be at least 1, got {}", options.r);
+  ANVIL_CHECK(options.alpha > 0.0f && std::isfinite(options.alpha),
+              "[lora] alpha must be positive, got {}", options.alpha);
+  ANVIL_CHECK(options.dropout >= 0.0f && options.dropout < 1.0f,
+              "[lora] dropout must lie in [0, 1), got {}", options.dropout);
+  ANVIL_CHECK(!options.targets.empty(), "[lora] no target modules given");
+  std::set<std::string> seen;
+  for (const std::string& target : options.targets) {
+    parse_lora_target(target);
+    ANVIL_CHECK(seen.insert(target).second, "[lora] target '{}' listed twice", target);
+  }
+}
+
+std::shared_ptr<const ParameterLayout> make_lora_layout(const LlamaConfig& config,
+                                                        const LoraOptions& options) {
+  validate_lora_options(options);
+  std::array<bool, kLoraTargetCount> enabled{};
+  for (const std::string& target : options.targets)
+    enabled[index_of(parse_lora_target(target))] = true;
+  auto layout = std::make_shared<ParameterLayout>();
+  layout->ensure_groups(1);
+  for (int l = 0; l < config.n_layers; ++l) {
+    layout->ensure_groups(layer_group(l) + 1);
+    for (int i = 0; i < kLoraTargetCount; ++i) {
+      if (!enabled[i]) continue;
+      const auto [out, in] = lora_target_dims(config, static_cast<LoraTarget>(i));
+      const std::string& name = lora_target_names()[i];
+      layout->add(lora_param_name(l, name, 'A'), layer_group(l), Shape{options.r, in}, true);
+      layout->add(lora_param_name(l, name, 'B'), layer_group(l), Shape{out, options.r}, true);
+    }
+  }
+  layout->ensure_groups(head_group(config) + 1);
+  return layout;
+}
+
+std::vector<LoraLayerViews> lora_views(const LlamaConfig& config, const LoraOptions& options,
+                                       const ParameterSet& set) {
+  std::vector<LoraLayerViews> views(static_cast<size_t>(config.n_layers));
+  for (int l = 0; l < config.n_layers; ++l) {
+    for (const std::string& target : options.targets) {
+      const int i = index_of(parse_lora_target(target));
+      views[l].a[i] = set.tensor(lora_param_name(l, target, 'A'));
+      views[l].b[i] = set.tensor(lora_param_name(l, target, 'B'));
+    }
+  }
+  return views;
+}
+
+bool LoraLayerStep::adapted(LoraTarget target) const {
+  return weights != nullptr && weights->a[index_of(target)].defined();
+}
+
+void lora_forward(const LoraLayerStep& step, LoraTarget target, const Tensor& x, const Tensor& y) {
+  if (!step.adapted(target)) return;
+  Backend& backend = *step.backend;
+  const int i = index_of(target);
+  const Tensor& a = step.weights->a[i];
+  const Tensor& b = step.weights->b[i];
+  const int64_t in = a.shape[1], out = b.shape[0];
+  Tensor input = as_rows(x, in);
+  if (step.dropout > 0.0f) {
+    const Tensor dropped = step.dropped_input.flat(0, input.numel()).view(input.shape);
+    backend.dropout(input, dropped, step.dropout, target_seed(step.dropout_seed, target));
+    input = dropped;
+  }
+  const Tensor& hidden = step.hidden[i];
+  backend.matmul(input, a, hidden, false, true);
+  backend.matmul(hidden, b, as_rows(y, out), false, true, step.scale, 1.0f);
+}
+
+void lora_backward(const LoraLayerStep& step, LoraTarget target, const Tensor& x,
+                   const Tensor& dy, const Tensor& dx) {
+  if (!step.adapted(target)) return;
+  Backend& backend = *step.backend;
+  const int i = index_of(target);
+  const Tensor& a = step.weights->a[i];
+  const Tensor& b = step.weights->b[i];
+  const int64_t in = a.shape[1], out = b.shape[0];
+  const Tensor dy2 = as_rows(dy, out);
+  const Tensor& hidden = step.hidden[i];
+  const Tensor d_hidden = step.d_hidden;
+  // dB += scale * dy^T h; dh = scale * dy B.
+  backend.matmul(dy2, hidden, step.gradients->b[i], true, false, step.scale, 1.0f);
+  backend.matmul(dy2, b, d_hidden, false, false, step.scale, 0.0f);
+  Tensor input = as_rows(x, in);
+  const Tensor dx2 = as_rows(dx, in);
+  if (step.dropout > 0.0f) {
+    const uint64_t seed = target_seed(step.dropout_seed, target);
+    const Tensor dropped = step.dropped_input.flat(0, input.numel()).view(input.shape);
+    backend.dropout(input, dropped, step.dropout, seed);
+    backend.matmul(d_hidden, dropped, step.gradients->a[i], true, false, 1.0f, 1.0f);
+    const Tensor d_input = step.d_input.flat(0, dx2.numel()).view(dx2.shape);
+    backend.matmul(d_hidden, a, d_input, false, false);
+    backend.dropout(d_input, d_input, step.dropout, seed);
+    backend.add(dx2, d_input, dx2);
+    return;
+  }
+  backend.matmul(d_hidden, input, step.gradients->a[i], true, false, 1.0f, 1.0f);
+  backend.matmul(d_hidden, a, dx2, false, false, 1.0f, 1.0f);
+}
+
+}  // namespace anvil

@@ -1,0 +1,131 @@
+// LoraAdapters: storage of a model's adapters (f32 parameters and gradients, compute-dtype
+// copies for bf16 models), their initialisation, and the per-step contexts the blocks use.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/counter_hash.h"
+#include "core/error.h"
+#include "model/llama_parameters.h"
+#include "model/lora.h"
+#include "model/random.h"
+
+namespace anvil {
+
+LoraAdapters::LoraAdapters(const LlamaConfig& config, const LoraOptions& options,
+                           Backend& backend, DType compute_dtype)
+    : config_(config), options_(options), backend_(&backend), compute_dtype_(compute_dtype) {
+  layout_ = make_lora_layout(config_, options_);
+  params_ = ParameterSet(layout_, backend, true);
+  grads_ = ParameterSet(layout_, backend, true);
+  views_ = lora_views(config_, options_, params_);
+  grad_views_ = lora_views(config_, options_, grads_);
+  for (const std::string& target : options_.targets)
+    max_in_ = std::max(max_in_, lora_target_dims(config_, parse_lora_target(target))[1]);
+  if (compute_dtype_ == DType::f32) {
+    compute_views_ = views_;
+    return;
+  }
+  compute_views_ = views_;
+  for (int g = 0; g < layout_->group_count(); ++g) {
+    copies_.emplace_back(backend,
+                         static_cast<size_t>(layout_->group_numel(g)) * dtype_size(compute_dtype_));
+  }
+  // Translate each f32 view into the same offset of its group's copy.
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const int g = layer_group(l);
+    const Tensor master = params_.group(g);
+    const Tensor copy = copies_[g].as(compute_dtype_, Shape{layout_->group_numel(g)});
+    auto translate = [&](const Tensor& t) {
+      if (!t.defined()) return Tensor();
+      const int64_t offset =
+          (static_cast<const char*>(t.data) - static_cast<const char*>(master.data)) /
+          static_cast<int64_t>(sizeof(float));
+      return copy.flat(offset, t.numel()).view(t.shape);
+    };
+    for (int i = 0; i < kLoraTargetCount; ++i) {
+      compute_views_[l].a[i] = translate(views_[l].a[i]);
+      compute_views_[l].b[i] = translate(views_[l].b[i]);
+    }
+  }
+}
+
+void LoraAdapters::carve(Arena& arena, int64_t max_rows, int layer_sets) {
+  hidden_.assign(static_cast<size_t>(layer_sets), {});
+  std::array<bool, kLoraTargetCount> enabled{};
+  for (const std::string& target : options_.targets)
+    enabled[static_cast<int>(parse_lora_target(target))] = true;
+  for (auto& set : hidden_) {
+    for (int i = 0; i < kLoraTargetCount; ++i)
+      if (enabled[i]) set[i] = arena.take(compute_dtype_, Shape{max_rows * options_.r});
+  }
+  d_hidden_ = arena.take(compute_dtype_, Shape{max_rows * options_.r});
+  if (options_.dropout > 0.0f) {
+    dropped_input_ = arena.take(compute_dtype_, Shape{max_rows * max_in_});
+    d_input_ = arena.take(DType::f32, Shape{max_rows * max_in_});
+  }
+}
+
+void LoraAdapters::init(uint64_t seed) {
+  std::vector<float> host;
+  for (int index = 0; index < static_cast<int>(layout_->params().size()); ++index) {
+    const ParameterInfo& info = layout_->params()[index];
+    host.assign(static_cast<size_t>(info.numel()), 0.0f);
+    // lora_A: kaiming_uniform_(a=sqrt(5)) on (r, in) is uniform(-1/sqrt(in), 1/sqrt(in)).
+    if (info.name.find(".lora_A.") != std::string::npos) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(info.shape[1]));
+      const uint64_t stream = fnv1a64(info.name);
+      for (int64_t i = 0; i < info.numel(); ++i) {
+        const double u = random_uniform(seed, stream, static_cast<uint64_t>(i));
+        host[static_cast<size_t>(i)] = static_cast<float>((2.0 * u - 1.0) * bound);
+      }
+    }
+    backend_->copy_from_host(params_.tensor(index), host.data());
+  }
+}
+
+void LoraAdapters::refresh(int group) {
+  if (copies_.empty() || layout_->group_numel(group) == 0) return;
+  backend_->cast(params_.group(group),
+                 copies_[group].as(compute_dtype_, Shape{layout_->group_numel(group)}));
+}
+
+LoraLayerStep LoraAdapters::step(int layer, int64_t rows, int set, bool training,
+                                 int64_t dropout_step) const {
+  LoraLayerStep s;
+  s.backend = backend_;
+  s.weights = &compute_views_[layer];
+  s.gradients = &grad_views_[layer];
+  const int64_t r = options_.r;
+  for (int i = 0; i < kLoraTargetCount; ++i) {
+    if (hidden_[set][i].defined())
+      s.hidden[i] = hidden_[set][i].flat(0, rows * r).view(Shape{rows, r});
+  }
+  s.d_hidden = d_hidden_.flat(0, rows * r).view(Shape{rows, r});
+  s.scale = options_.scale();
+  if (training && options_.dropout > 0.0f) {
+    s.dropout = options_.dropout;
+    s.dropout_seed = dropout_hash(static_cast<uint64_t>(dropout_step),
+                                  0x4C6F5241ull + static_cast<uint64_t>(layer));
+    s.dropped_input = dropped_input_;
+    s.d_input = d_input_;
+  }
+  return s;
+}
+
+size_t LoraAdapters::parameter_bytes() const {
+  size_t bytes = 0;
+  for (int g = 0; g < layout_->group_count(); ++g)
+    bytes += static_cast<size_t>(layout_->group_numel(g)) * sizeof(float);
+  for (const Buffer& copy : copies_) bytes += copy.bytes();
+  return bytes;
+}
+
+size_t LoraAdapters::gradient_bytes() const {
+  size_t bytes = 0;
+  for (int g = 0; g < layout_->group_count(); ++g)
+    bytes += static_cast<size_t>(layout_->group_numel(g)) * sizeof(float);
+  return bytes;
+}
+
+}  // namespace anvil

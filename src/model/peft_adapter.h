@@ -1,0 +1,33 @@
+// PEFT LoRA adapter directories <-> a LlamaModel's adapters. A directory holds
+// adapter_config.json (peft_type LORA, r, lora_alpha, lora_dropout, target_modules, ...) and
+// adapter_model.safetensors whose tensors are named
+// "base_model.model.model.layers.N.<self_attn|mlp>.<target>.lora_<A|B>.weight" with A (r, in)
+// and B (out, r). Reading is strict: settings anvil cannot reproduce (DoRA, rsLoRA,
+// fan_in_fan_out, trained biases, modules_to_save) and any missing, extra or misshapen tensor
+// are one clear error naming the file. Writing stages both files and renames them into place.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "model/llama.h"
+#include "model/lora.h"
+
+namespace anvil {
+
+struct PeftAdapterInfo {
+  LoraOptions lora;
+  std::string base_model_name_or_path;
+};
+
+// Reads adapter_config.json (unknown keys ignored; use_dora/use_rslora/fan_in_fan_out/bias!="none"/
+// modules_to_save -> clear error) and returns its settings.
+PeftAdapterInfo read_peft_adapter_config(const std::filesystem::path& dir);
+// Loads adapter_model.safetensors of `dir` into model.trainable() (model built with the same
+// LoraOptions); checks every name/shape; F32/BF16/F16 accepted.
+void load_peft_adapter(const std::filesystem::path& dir, LlamaModel& model);
+// Writes adapter_config.json + adapter_model.safetensors (metadata format=pt) atomically.
+void save_peft_adapter(const std::filesystem::path& dir, LlamaModel& model,
+                       const std::string& base_model_name_or_path);
+
+}  // namespace anvil

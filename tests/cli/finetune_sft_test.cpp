@@ -1,0 +1,331 @@
+// `anvil finetune`, `anvil export` and `anvil generate --adapter --chat`, end to end through
+// the built binary on a tiny model the test makes itself: a random-init model exported as a
+// Hugging Face folder with a byte-level tokenizer, fully fine-tuned on a synthetic instruction
+// task ("Next: abc" -> "bcd", each letter shifted by one in a 16-letter alphabet), then given
+// LoRA adapters for a second task on top of that model ("Prev: abc" -> "pab", two exchanges
+// per training conversation); prompts have six random letters. Accuracy (every letter right) is
+// greedy chat generation (plain template) on 40 held-out prompts none of the training records
+// contain; the thresholds are stated next to each check. Also: multi-turn chat over piped
+// stdin, PEFT and merged exports, and one-line errors for bad input with no output left behind.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "train_test_support.h"
+
+namespace anvil {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_support::CommandResult;
+using testing_support::run_anvil;
+
+constexpr const char* kLetters = "abcdefghijklmnop";
+constexpr int kAlphabet = 16;
+constexpr int kLength = 6;  // letters per prompt
+constexpr int kHeldOut = 40;
+// Settings every fine-tune of this file shares: one example per 40-token window (padding, no
+// packing), so document masks have nothing to separate and are left off (the faster path).
+constexpr const char* kWindowArgs =
+    "--training.seq_len=40 --packing false --training.doc_mask=false "
+    "--training.batch_size=16 --logging.every=1000";
+
+struct Example {
+  std::string prompt;
+  std::string answer;
+};
+
+// Returns prompts of task `word` (kLength random letters) with answers shifted by `delta`:
+// kHeldOut distinct held-out prompts, then `train_count` distinct training prompts that are not
+// among them.
+std::pair<std::vector<Example>, std::vector<Example>> make_task(const std::string& word, int delta,
+                                                                int train_count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::set<std::string> used;
+  const auto fresh_example = [&] {
+    std::string in, out;
+    do {
+      in.clear();
+      for (int i = 0; i < kLength; ++i) in += kLetters[rng() % kAlphabet];
+    } while (!used.insert(in).second);
+    for (const char ch : in) out += kLetters[(ch - 'a' + delta + kAlphabet) % kAlphabet];
+    return Example{word + ": " + in, out};
+  };
+  std::vector<Example> held, train;
+  for (int i = 0; i < kHeldOut; ++i) held.push_back(fresh_example());
+  for (int i = 0; i < train_count; ++i) train.push_back(fresh_example());
+  return {held, train};
+}
+
+void write_jsonl(const fs::path& path, const std::vector<Example>& examples) {
+  std::ofstream out(path);
+  for (const Example& e : examples) {
+    out << R"({"messages": [{"role": "user", "content": ")" << e.prompt
+        << R"("}, {"role": "assistant", "content": ")" << e.answer << "\"}]}\n";
+  }
+}
+
+// Writes two-turn conversations: examples 2i and 2i + 1 are one record's two exchanges.
+void write_two_turn_jsonl(const fs::path& path, const std::vector<Example>& examples) {
+  std::ofstream out(path);
+  for (size_t i = 0; i + 1 < examples.size(); i += 2) {
+    out << R"({"messages": [)";
+    for (size_t j = i; j < i + 2; ++j) {
+      out << (j == i ? "" : ", ") << R"({"role": "user", "content": ")" << examples[j].prompt
+          << R"("}, {"role": "assistant", "content": ")" << examples[j].answer << "\"}";
+    }
+    out << "]}\n";
+  }
+}
+
+void write_text(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+void expect_ok(const CommandResult& result) { ASSERT_EQ(result.exit_code, 0) << result.output; }
+
+// Runs `anvil <args>` with stderr discarded; returns the exit code and stdout.
+CommandResult run_anvil_stdout(const std::string& args) {
+  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>/dev/null";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// Runs one chat session per prompt and returns how many greedy replies equal the answer.
+int held_out_correct(const std::string& model_args, const std::vector<Example>& examples,
+                     const fs::path& scratch) {
+  int correct = 0;
+  for (const Example& e : examples) {
+    write_text(scratch / "prompt.txt", e.prompt + "\n");
+    const CommandResult result = run_anvil_stdout("generate " + model_args +
+                                                  " --chat --greedy --max-new-tokens 8 "
+                                                  "--threads 1 < " +
+                                                  (scratch / "prompt.txt").string());
+    // The plain template's reply follows "Assistant:" and starts with its space.
+    if (result.exit_code == 0 && result.output == " " + e.answer + "\n") ++correct;
+  }
+  return correct;
+}
+
+class FinetuneSftTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root = testing_support::scratch_dir("finetune_sft");
+    // A byte-level tokenizer (no merges) with <|endoftext|> as EOS: one token per character.
+    write_text(root / "corpus.txt", "User: Next: abc\nAssistant: bcd\n");
+    expect_ok(run_anvil("tokenizer train --input " + (root / "corpus.txt").string() +
+                        " --vocab-size 257 --out " + (root / "tokenizer.json").string()));
+    // A random-init model (one step on synthetic tokens) exported as a Hugging Face folder.
+    expect_ok(run_anvil("train --run-dir " + (root / "init").string() +
+                        " --threads 2 --data.synthetic=true --model.dim=64 --model.n_layers=2 "
+                        "--model.n_heads=4 --model.n_kv_heads=2 --model.ffn_dim=128 "
+                        "--model.vocab_size=257 --model.max_seq_len=128 --training.steps=1 "
+                        "--training.seq_len=16 --training.batch_size=1 --training.eval_steps=0"));
+    expect_ok(run_anvil("export --run " + (root / "init").string() + " --out " +
+                        (root / "base").string()));
+    fs::copy_file(root / "tokenizer.json", root / "base" / "tokenizer.json");
+    std::tie(next_held, next_train) = make_task("Next", 1, 600, 1);
+    std::tie(prev_held, prev_train) = make_task("Prev", -1, 600, 2);
+    write_jsonl(root / "next.jsonl", next_train);
+    write_two_turn_jsonl(root / "prev.jsonl", prev_train);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root); }
+
+  // Returns the fully fine-tuned "Next" model (trained on first use).
+  static fs::path next_model() {
+    const fs::path run = root / "next";
+    if (!fs::exists(run / "hf")) {
+      expect_ok(run_anvil(
+          "finetune --full --model " + (root / "base").string() + " --data " +
+          (root / "next.jsonl").string() + " --run-dir " + run.string() + " " + kWindowArgs +
+          " --threads 2 --optimizer.lr=3e-3 --training.steps=" + std::to_string(kFullSteps)));
+    }
+    return run / "hf";
+  }
+  // Returns the LoRA run that teaches "Prev" on top of next_model() (trained on first use).
+  static fs::path prev_run() {
+    const fs::path run = root / "prev";
+    if (!fs::exists(run / "adapter")) {
+      // Two exchanges per conversation: 80-token windows hold a whole one.
+      last_lora_output =
+          run_anvil("finetune --model " + next_model().string() + " --data " +
+                    (root / "prev.jsonl").string() + " --run-dir " + run.string() + " " +
+                    kWindowArgs +
+                    " --threads 2 --training.seq_len=80 --optimizer.lr=1e-2 --training.steps=300 "
+                    "--lora.targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+              .output;
+    }
+    return run;
+  }
+
+  // Multi-turn chat over piped stdin: answers with the history in context, and the history
+  // grows until it outgrows the context.
+  static void check_chat_keeps_history(const fs::path& run);
+  // PEFT and merged exports, and the run directory as a model source, answer alike.
+  static void check_exports_answer_alike(const fs::path& run);
+
+  static constexpr int kFullSteps = 1500;
+  static inline fs::path root;
+  static inline std::vector<Example> next_held, next_train, prev_held, prev_train;
+  static inline std::string last_lora_output;
+};
+
+TEST_F(FinetuneSftTest, HeldOutPromptsAreNotInTraining) {
+  std::set<std::string> seen;
+  for (const Example& e : next_train) seen.insert(e.prompt);
+  for (const Example& e : next_held) EXPECT_EQ(seen.count(e.prompt), 0u) << e.prompt;
+  EXPECT_EQ(seen.size(), next_train.size());
+}
+
+TEST_F(FinetuneSftTest, FullFineTuneReachesNinetyPercentOnHeldOutPrompts) {
+  const fs::path model = next_model();
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    EXPECT_TRUE(fs::exists(model / name)) << name;
+  }
+  const int correct = held_out_correct("--model " + model.string(), next_held, root);
+  std::printf("full fine-tune: %d of %d held-out prompts right\n", correct, kHeldOut);
+  EXPECT_GE(correct, 36) << correct << " of " << kHeldOut;  // threshold: 90%
+}
+
+// One test trains the adapter and checks everything that uses it (each test of this file runs
+// in a process of its own under CTest, so every extra test would train the models again).
+TEST_F(FinetuneSftTest, LoraLearnsANewTaskAndItsAdapterChatsAndExports) {
+  const fs::path run = prev_run();
+  ASSERT_TRUE(fs::exists(run / "adapter" / "adapter_model.safetensors")) << last_lora_output;
+  EXPECT_NE(last_lora_output.find("memory: base weights"), std::string::npos) << last_lora_output;
+  EXPECT_NE(last_lora_output.find("LoRA parameters"), std::string::npos) << last_lora_output;
+  const std::string model_args =
+      "--model " + next_model().string() + " --adapter " + (run / "adapter").string();
+  const int correct = held_out_correct(model_args, prev_held, root);
+  std::printf("LoRA: %d of %d held-out prompts right\n", correct, kHeldOut);
+  EXPECT_GE(correct, 36) << correct << " of " << kHeldOut;  // threshold: 90%
+  // Without the adapter the model still answers the first task, not this one.
+  const int without = held_out_correct("--model " + next_model().string(), prev_held, root);
+  std::printf("the base without the adapter: %d of %d\n", without, kHeldOut);
+  EXPECT_LE(without, 4);
+  check_chat_keeps_history(run);
+  check_exports_answer_alike(run);
+}
+
+void FinetuneSftTest::check_chat_keeps_history(const fs::path& run) {
+  SCOPED_TRACE("chat");
+  write_text(root / "two_turns.txt", prev_held[0].prompt + "\n\n" + prev_held[1].prompt + "\n");
+  const CommandResult result = run_anvil_stdout(
+      "generate --model " + next_model().string() + " --adapter " + (run / "adapter").string() +
+      " --chat --greedy --max-new-tokens 8 --threads 1 < " + (root / "two_turns.txt").string());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output, " " + prev_held[0].answer + "\n " + prev_held[1].answer + "\n");
+  // The history grows with every exchange (about 35 tokens each): the fourth user turn no
+  // longer fits the 128-token context, which a session that forgot its history would not see.
+  std::string four_turns;
+  for (int i = 0; i < 4; ++i) four_turns += prev_held[static_cast<size_t>(i)].prompt + "\n";
+  write_text(root / "four_turns.txt", four_turns);
+  const CommandResult long_session = run_anvil(
+      "generate --model " + next_model().string() + " --adapter " + (run / "adapter").string() +
+      " --chat --greedy --max-new-tokens 8 --threads 1 < " + (root / "four_turns.txt").string());
+  EXPECT_EQ(long_session.exit_code, 1) << long_session.output;
+  EXPECT_NE(long_session.output.find("past the 128-token context"), std::string::npos)
+      << long_session.output;
+  EXPECT_NE(long_session.output.find(" " + prev_held[2].answer + "\n"), std::string::npos)
+      << long_session.output;
+}
+
+void FinetuneSftTest::check_exports_answer_alike(const fs::path& run) {
+  SCOPED_TRACE("export");
+  expect_ok(run_anvil("export --run " + run.string() + " --out " + (root / "peft").string()));
+  EXPECT_TRUE(fs::exists(root / "peft" / "adapter_config.json"));
+  expect_ok(
+      run_anvil("export --run " + run.string() + " --merge --out " + (root / "merged").string()));
+  EXPECT_TRUE(fs::exists(root / "merged" / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(root / "merged" / "adapter_config.json"));
+  const std::vector<Example> some(prev_held.begin(), prev_held.begin() + 10);
+  const int with_adapter = held_out_correct(
+      "--model " + next_model().string() + " --adapter " + (root / "peft").string(), some, root);
+  EXPECT_EQ(held_out_correct("--model " + (root / "merged").string(), some, root), with_adapter);
+  // The run directory itself works as a model source: base plus the checkpoint's adapter.
+  EXPECT_EQ(held_out_correct("--run " + run.string(), some, root), with_adapter);
+}
+
+TEST_F(FinetuneSftTest, LoraUnderAnvilLaunchTrainsWhatOneProcessTrains) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  // 2 ranks x 1 micro-batch of 4 = 1 process x 2 micro-batches of 4, adapter dropout on.
+  const std::string common = "--model " + (root / "base").string() + " --data " +
+                             (root / "next.jsonl").string() + " " + kWindowArgs +
+                             " --threads 1 --training.steps=4 --training.batch_size=4";
+  expect_ok(run_anvil("finetune " + common + " --training.grad_accum=2 --run-dir " +
+                      (root / "one").string()));
+  expect_ok(run_anvil("launch --nproc 2 -- finetune " + common + " --run-dir " +
+                      (root / "two").string()));
+  const auto one = testing_support::deterministic_metrics(root / "one");
+  ASSERT_EQ(one.size(), 5u);  // 4 steps and the final evaluation
+  EXPECT_EQ(testing_support::deterministic_metrics(root / "two"), one);
+  const auto bytes = [](const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(root / "two" / "adapter" / "adapter_model.safetensors"),
+            bytes(root / "one" / "adapter" / "adapter_model.safetensors"));
+}
+
+TEST_F(FinetuneSftTest, BadInputsAreOneLineErrorsWithNothingLeftBehind) {
+  const auto expect_one_line_error = [](const CommandResult& result, const std::string& needle) {
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    const size_t line_end = result.output.find('\n');
+    EXPECT_EQ(line_end + 1, result.output.size()) << result.output;
+    EXPECT_EQ(result.output.rfind("anvil: error: ", 0), 0u) << result.output;
+    EXPECT_NE(result.output.find(needle), std::string::npos) << result.output;
+  };
+  const std::string base = (root / "base").string();
+  const fs::path run = root / "bad_run";
+  expect_one_line_error(run_anvil("finetune --model " + (root / "missing").string() +
+                                  " --data x.jsonl --run-dir " + run.string()),
+                        "no such directory");
+  expect_one_line_error(run_anvil("finetune --model " + base + " --full --lora.r 4 --data " +
+                                  (root / "next.jsonl").string() + " --run-dir " + run.string()),
+                        "--full");
+  write_text(root / "bad.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
+  expect_one_line_error(
+      run_anvil("finetune --model " + base + " --data " + (root / "bad.jsonl").string() +
+                " --run-dir " + run.string() + " --threads 1"),
+      "bad.jsonl:1");
+  EXPECT_FALSE(fs::exists(run));
+  // peft's golden adapter (for a 64-wide model) does not fit a 32-wide one.
+  expect_ok(run_anvil("train --run-dir " + (root / "narrow_init").string() +
+                      " --threads 1 --data.synthetic=true --model.dim=32 --model.n_layers=2 "
+                      "--model.n_heads=4 --model.n_kv_heads=2 --model.ffn_dim=128 "
+                      "--model.vocab_size=257 --model.max_seq_len=64 --training.steps=1 "
+                      "--training.seq_len=16 --training.batch_size=1 --training.eval_steps=0"));
+  expect_ok(run_anvil("export --run " + (root / "narrow_init").string() + " --out " +
+                      (root / "narrow").string()));
+  fs::copy_file(root / "tokenizer.json", root / "narrow" / "tokenizer.json");
+  write_text(root / "prompt.txt", "Prev: abc\n");
+  expect_one_line_error(
+      run_anvil("generate --model " + (root / "narrow").string() + " --adapter " +
+                std::string(ANVIL_TEST_DATA) + "/model/golden/peft_llama/adapter --chat < " +
+                (root / "prompt.txt").string()),
+      "adapter_model.safetensors");
+  const fs::path short_run = root / "short_lora";
+  expect_ok(run_anvil("finetune --model " + base + " --data " + (root / "next.jsonl").string() +
+                      " --run-dir " + short_run.string() + " " + kWindowArgs +
+                      " --threads 1 --training.steps=1"));
+  expect_one_line_error(run_anvil("export --run " + short_run.string() + " --out " +
+                                  (root / "bf16_adapter").string() + " --dtype bf16"),
+                        "--merge");
+  EXPECT_FALSE(fs::exists(root / "bf16_adapter"));
+}
+
+}  // namespace
+}  // namespace anvil

@@ -1,0 +1,292 @@
+// LoRA inside the model: adapter gradients against central finite differences, a frozen base
+// without gradient buffers, bf16-only base storage, merge, activation checkpointing (also with
+// dropout), dropout determinism and model-level loss masking.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "lora_test_util.h"
+#include "model/kv_cache.h"
+#include "model/llama.h"
+
+namespace anvil::test {
+namespace {
+
+ModelOptions lora_options(LoraOptions lora, DType dtype = DType::f32, int max_seq = 16) {
+  ModelOptions options;
+  options.max_batch = 2;
+  options.max_seq = max_seq;
+  options.compute_dtype = dtype;
+  options.lora = std::move(lora);
+  return options;
+}
+
+TEST(LoraModelTest, BaseIsFrozenAndAdaptersStartAsIdentity) {
+  auto backend = make_backend("cpu");
+  LlamaModel plain(tiny_config(), *backend, lora_options(LoraOptions{}));
+  LlamaModel adapted(tiny_config(), *backend, lora_options(all_targets_lora()));
+  plain.init_weights(5);
+  adapted.init_weights(5);
+  adapted.init_lora(9);
+  EXPECT_FALSE(adapted.gradients().has_storage(1));
+  EXPECT_TRUE(adapted.trainable().has_storage(1));
+  EXPECT_EQ(adapted.trainable().layout().group_count(), plain.parameters().group_count());
+  EXPECT_EQ(adapted.trainable().layout().group_numel(0), 0);
+  EXPECT_EQ(adapted.trainable().layout().group_numel(3), 0);
+  // B = 0 at init: the adapted model computes the base logits exactly.
+  HostBatch batch = HostBatch::from_tokens(make_tokens(2, 10, 64, 3), 2, 10);
+  EXPECT_TRUE(bitwise_equal(logits_of(plain, batch), logits_of(adapted, batch)));
+  // A is Kaiming-uniform with bound 1/sqrt(in); B is zero.
+  const std::vector<float> a =
+      to_host(*backend, adapted.trainable().tensor(lora_param_name(1, "gate_proj", 'A')));
+  const std::vector<float> b =
+      to_host(*backend, adapted.trainable().tensor(lora_param_name(1, "gate_proj", 'B')));
+  double max_a = 0.0;
+  for (float v : a) max_a = std::max(max_a, std::fabs(double{v}));
+  EXPECT_LE(max_a, 1.0 / std::sqrt(32.0));
+  EXPECT_GT(max_a, 0.8 / std::sqrt(32.0));
+  for (float v : b) EXPECT_EQ(v, 0.0f);
+  const ModelMemory memory = adapted.memory();
+  EXPECT_EQ(memory.gradients, memory.trainable);
+  EXPECT_EQ(memory.trainable_count, adapted.trainable().layout().total_params());
+}
+
+// Central differences of the mean loss, in double around f32 evaluations on the reference
+// backend: h = 1e-2 keeps the f32 rounding of the loss (~1e-7 relative) below 1e-4 of a
+// typical derivative, and the truncation error O(h^2) is smaller still.
+TEST(LoraModelTest, AdapterGradientsMatchFiniteDifferences) {
+  auto backend = make_backend("cpu-ref");
+  LlamaModel model(tiny_config(), *backend, lora_options(all_targets_lora(2, 4.0f)));
+  model.init_weights(21);
+  randomize_adapters(model, 22, 0.2);
+  HostBatch batch = HostBatch::from_tokens(make_tokens(2, 8, 64, 4), 2, 8);
+  Batch view = batch.view();
+  const int64_t count = model.count_loss_tokens(view);
+  model.trainable_gradients().zero();
+  model.forward_backward(view, 1.0f / static_cast<float>(count));
+
+  const double h = 1e-2;
+  double worst = 0.0;
+  for (const char* target : {"q_proj", "v_proj", "o_proj", "up_proj", "down_proj"}) {
+    for (char which : {'A', 'B'}) {
+      const std::string name = lora_param_name(1, target, which);
+      const Tensor param = model.trainable().tensor(name);
+      const std::vector<float> grad = to_host(*backend, model.trainable_gradients().tensor(name));
+      std::vector<float> values = to_host(*backend, param);
+      for (size_t i : {size_t{0}, values.size() / 2, values.size() - 1}) {
+        const float saved = values[i];
+        auto loss_at = [&](double delta) {
+          values[i] = static_cast<float>(saved + delta);
+          backend->copy_from_host(param, values.data());
+          return model.forward_loss(view).mean();
+        };
+        const double numeric = (loss_at(h) - loss_at(-h)) / (2 * h);
+        values[i] = saved;
+        backend->copy_from_host(param, values.data());
+        const double error = std::fabs(numeric - grad[i]);
+        worst = std::max(worst, error);
+        EXPECT_LE(error, 2e-4 + 1e-2 * std::fabs(numeric)) << name << "[" << i << "]";
+      }
+    }
+  }
+  std::printf("[lora] finite differences: max abs gradient error %.3e\n", worst);
+}
+
+TEST(LoraModelTest, MergedModelComputesAdapterLogits) {
+  auto backend = make_backend("cpu");
+  LlamaModel model(tiny_config(), *backend, lora_options(all_targets_lora()));
+  model.init_weights(31);
+  randomize_adapters(model, 32, 0.3);
+  HostBatch batch = HostBatch::from_tokens(make_tokens(2, 12, 64, 5), 2, 12);
+  const std::vector<float> adapted = logits_of(model, batch);
+  model.merge_lora();
+  const std::vector<float> merged = logits_of(model, batch);
+  const double error = max_abs_error(merged, adapted);
+  std::printf("[lora] merged vs adapter logits: max abs error %.3e\n", error);
+  EXPECT_LE(error, 2e-5);
+  LlamaModel plain(tiny_config(), *backend, lora_options(LoraOptions{}));
+  copy_parameters(model, plain);
+  EXPECT_LE(max_abs_error(logits_of(plain, batch), adapted), 2e-5);
+}
+
+TEST(LoraModelTest, CheckpointingGivesBitwiseEqualGradientsWithDropout) {
+  auto backend = make_backend("cpu");
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    ModelOptions stored = lora_options(all_targets_lora(4, 8.0f, 0.1f), dtype);
+    ModelOptions recomputed = stored;
+    recomputed.activation_checkpointing = true;
+    LlamaModel a(tiny_config(), *backend, stored);
+    LlamaModel b(tiny_config(), *backend, recomputed);
+    for (LlamaModel* m : {&a, &b}) {
+      m->init_weights(41);
+      randomize_adapters(*m, 42, 0.2);
+      m->set_dropout_step(7);
+    }
+    HostBatch batch = HostBatch::from_tokens(make_tokens(2, 16, 64, 6), 2, 16);
+    Batch view = batch.view();
+    const LossSum la = a.forward_backward(view, 0.1f);
+    const LossSum lb = b.forward_backward(view, 0.1f);
+    EXPECT_EQ(la.sum, lb.sum) << dtype_name(dtype);
+    const std::vector<float> grads = trainable_gradients(a);
+    EXPECT_TRUE(bitwise_equal(grads, trainable_gradients(b))) << dtype_name(dtype);
+    for (float g : grads) ASSERT_TRUE(std::isfinite(g));
+  }
+}
+
+TEST(LoraModelTest, DropoutMasksDependOnTheStepOnly) {
+  auto backend = make_backend("cpu");
+  LlamaModel model(tiny_config(), *backend, lora_options(all_targets_lora(4, 8.0f, 0.25f)));
+  model.init_weights(51);
+  randomize_adapters(model, 52, 0.2);
+  HostBatch batch = HostBatch::from_tokens(make_tokens(2, 16, 64, 7), 2, 16);
+  Batch view = batch.view();
+  auto gradients_at = [&](int64_t step) {
+    model.trainable_gradients().zero();
+    model.set_dropout_step(step);
+    model.forward_backward(view, 0.1f);
+    return trainable_gradients(model);
+  };
+  const std::vector<float> first = gradients_at(3);
+  EXPECT_TRUE(bitwise_equal(first, gradients_at(3)));
+  EXPECT_FALSE(bitwise_equal(first, gradients_at(4)));
+  // Evaluation never drops: forward_loss equals the dropout-free model's loss.
+  LlamaModel no_dropout(tiny_config(), *backend, lora_options(all_targets_lora()));
+  copy_parameters(model, no_dropout);
+  for (int g = 0; g < model.trainable().group_count(); ++g)
+    backend->copy(no_dropout.trainable().group(g), model.trainable().group(g));
+  EXPECT_EQ(model.forward_loss(view).sum, no_dropout.forward_loss(view).sum);
+}
+
+TEST(LoraModelTest, MaskedPositionsCarryNoLossAndNoGradient) {
+  auto backend = make_backend("cpu");
+  LlamaModel model(tiny_config(), *backend, lora_options(all_targets_lora()));
+  model.init_weights(61);
+  randomize_adapters(model, 62, 0.2);
+  HostBatch batch = HostBatch::from_tokens(make_tokens(2, 12, 64, 8), 2, 12);
+  std::vector<float> mask(batch.tokens.size(), 1.0f);
+  for (size_t i = 0; i < mask.size(); i += 3) mask[i] = 0.0f;
+  Tensor mask_view = host_view(mask, DType::f32, Shape{2, 12});
+  auto run = [&](HostBatch& b) {
+    Batch view = b.view();
+    view.loss_mask = &mask_view;
+    model.trainable_gradients().zero();
+    const LossSum loss = model.forward_backward(view, 0.05f);
+    return std::make_pair(loss, trainable_gradients(model));
+  };
+  const auto [loss, grads] = run(batch);
+  HostBatch changed = batch;
+  for (size_t i = 0; i < mask.size(); i += 3)
+    if (changed.targets[i] != kIgnoreIndex) changed.targets[i] = (changed.targets[i] + 17) % 64;
+  const auto [loss2, grads2] = run(changed);
+  EXPECT_EQ(loss.sum, loss2.sum);
+  EXPECT_EQ(loss.count, loss2.count);
+  EXPECT_TRUE(bitwise_equal(grads, grads2));
+  // The mask does matter: changing an unmasked target changes the gradients.
+  HostBatch unmasked = batch;
+  unmasked.targets[1] = (unmasked.targets[1] + 17) % 64;
+  EXPECT_FALSE(bitwise_equal(grads, run(unmasked).second));
+}
+
+TEST(LoraModelTest, Bf16BaseIsStoredInBf16OnlyAndTrains) {
+  auto backend = make_backend("cpu");
+  LlamaModel f32_model(tiny_config(), *backend, lora_options(all_targets_lora()));
+  LlamaModel bf16_model(tiny_config(), *backend,
+                        lora_options(all_targets_lora(), DType::bf16));
+  const ModelMemory m32 = f32_model.memory();
+  const ModelMemory m16 = bf16_model.memory();
+  EXPECT_FALSE(bf16_model.parameters().has_storage(1));
+  EXPECT_FALSE(bf16_model.gradients().has_storage(1));
+  // Matrices take 2 bytes instead of 4; only the embedding table and norms stay f32.
+  EXPECT_LT(m16.base_weights, m32.base_weights * 3 / 4);
+  EXPECT_EQ(m16.trainable_count, m32.trainable_count);
+  std::printf("[lora] base weight bytes: f32 %zu, bf16 %zu; trainable %zu, gradients %zu\n",
+              m32.base_weights, m16.base_weights, m16.trainable, m16.gradients);
+
+  bf16_model.init_weights(71);
+  bf16_model.init_lora(72);
+  // get_parameter reads back the bf16-rounded base; norms stay exact f32.
+  std::vector<float> norm(32);
+  bf16_model.get_parameter(bf16_model.parameters().layout().index_of(
+                               "model.layers.0.input_layernorm.weight"),
+                           norm.data());
+  EXPECT_EQ(norm[0], 1.0f);
+
+  HostBatch batch = HostBatch::from_tokens(make_tokens(2, 16, 64, 9), 2, 16);
+  Batch view = batch.view();
+  double first = 0.0, last = 0.0;
+  for (int step = 0; step < 8; ++step) {
+    bf16_model.trainable_gradients().zero();
+    const LossSum loss = bf16_model.forward_backward(view, 1.0f / 30.0f);
+    if (step == 0) first = loss.mean();
+    last = loss.mean();
+    ParameterSet& params = bf16_model.trainable();
+    for (int g = 0; g < params.group_count(); ++g)
+      backend->axpy(-0.5f, bf16_model.trainable_gradients().group(g), params.group(g));
+  }
+  std::printf("[lora] bf16 base training: loss %.4f -> %.4f\n", first, last);
+  EXPECT_LT(last, first - 0.05);
+}
+
+TEST(LoraModelTest, Bf16BaseMatchesF32BaseWithinBf16Precision) {
+  auto backend = make_backend("cpu");
+  LlamaConfig tied_with_bias = tiny_config();
+  tied_with_bias.tie_embeddings = true;
+  tied_with_bias.attention_bias = true;
+  for (const LlamaConfig& config : {tiny_config(), tied_with_bias}) {
+    LlamaModel f32_model(config, *backend, lora_options(all_targets_lora()));
+    LlamaModel bf16_model(config, *backend, lora_options(all_targets_lora(), DType::bf16));
+    f32_model.init_weights(81);
+    bf16_model.init_weights(81);
+    randomize_adapters(f32_model, 82, 0.2);
+    randomize_adapters(bf16_model, 82, 0.2);
+    HostBatch batch = HostBatch::from_tokens(make_tokens(2, 16, 64, 10), 2, 16);
+    const std::vector<float> a = logits_of(f32_model, batch);
+    const std::vector<float> b = logits_of(bf16_model, batch);
+    EXPECT_LE(relative_max_error(b, a), 3e-2);
+    EXPECT_FALSE(bitwise_equal(a, b));
+    // Training a frozen base with biases and a tied head touches only the adapters.
+    Batch view = batch.view();
+    bf16_model.trainable_gradients().zero();
+    bf16_model.forward_backward(view, 0.05f);
+    EXPECT_TRUE(backend->all_finite(bf16_model.trainable_gradients().group(1)));
+    EXPECT_GT(backend->sum_squares(bf16_model.trainable_gradients().group(1)), 0.0);
+  }
+}
+
+TEST(LoraModelTest, IncrementalDecodingAppliesAdapters) {
+  auto backend = make_backend("cpu");
+  LlamaModel model(tiny_config(), *backend, lora_options(all_targets_lora()));
+  model.init_weights(91);
+  randomize_adapters(model, 92, 0.3);
+  HostBatch batch = HostBatch::from_tokens(make_tokens(1, 6, 64, 11), 1, 6);
+  const std::vector<float> full = logits_of(model, batch);
+  KvCache cache(model.config(), *backend, 1, 6);
+  std::vector<float> step_logits(64);
+  Tensor out = host_view(step_logits, DType::f32, Shape{1, 64});
+  std::vector<int32_t> prompt(batch.tokens.begin(), batch.tokens.begin() + 5);
+  model.forward_step(host_view(prompt, DType::i32, Shape{1, 5}), cache, out);
+  std::vector<int32_t> next = {batch.tokens[5]};
+  model.forward_step(host_view(next, DType::i32, Shape{1, 1}), cache, out);
+  const std::vector<float> last(full.end() - 64, full.end());
+  EXPECT_LE(max_abs_error(step_logits, last), 1e-4);
+}
+
+TEST(LoraModelTest, RejectsBadOptions) {
+  auto backend = make_backend("cpu");
+  LoraOptions unknown = all_targets_lora();
+  unknown.targets.push_back("lm_head");
+  EXPECT_THROW(LlamaModel(tiny_config(), *backend, lora_options(unknown)), Error);
+  LoraOptions duplicate = all_targets_lora();
+  duplicate.targets.push_back("q_proj");
+  EXPECT_THROW(LlamaModel(tiny_config(), *backend, lora_options(duplicate)), Error);
+  LoraOptions bad_dropout = all_targets_lora(4, 8.0f, 1.0f);
+  EXPECT_THROW(LlamaModel(tiny_config(), *backend, lora_options(bad_dropout)), Error);
+  LlamaModel plain(tiny_config(), *backend, lora_options(LoraOptions{}));
+  EXPECT_THROW(plain.merge_lora(), Error);
+  LlamaModel bf16(tiny_config(), *backend, lora_options(all_targets_lora(), DType::bf16));
+  EXPECT_THROW(bf16.merge_lora(), Error);
+}
+
+}  // namespace
+}  // namespace anvil::test

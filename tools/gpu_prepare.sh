@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Prepares .gpu-deps/: the Debian packages anvil's build needs (headers, CMake/pkg-config files
+# and their runtime libraries) for the GPU machine, which has nvcc, CMake and ninja but none of
+# our -dev packages and no network. Run here (a Debian bookworm machine with network) before a
+# GPU session; tools/gpu_check.sh unpacks the folder with `dpkg -x` into a private prefix there.
+# MPI is left out on purpose: the GPU check builds with -DANVIL_ENABLE_MPI=OFF (one GPU, one
+# rank), which keeps the carried folder small. Idempotent: an existing .deb is not fetched again.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+deps_dir="$repo_root/.gpu-deps"
+
+# -dev packages the top-level CMakeLists.txt finds, then the runtime libraries they link to.
+packages=(
+  libfmt-dev libfmt9
+  nlohmann-json3-dev
+  libcli11-dev
+  libtomlplusplus-dev libtomlplusplus3
+  libxxhash-dev libxxhash0
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
+  googletest libgtest-dev libgmock-dev
+  libdnnl-dev libdnnl2 ocl-icd-libopencl1
+  pkgconf pkgconf-bin libpkgconf3
+)
+
+mkdir -p "$deps_dir"
+exclude_file="$repo_root/.git/info/exclude"
+mkdir -p "$(dirname "$exclude_file")"
+if ! grep -qx '/.gpu-deps/' "$exclude_file" 2>/dev/null; then
+  echo '/.gpu-deps/' >>"$exclude_file"
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  compgen -G "$deps_dir/${package}_*.deb" >/dev/null || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "gpu_prepare: downloading ${#missing[@]} packages into $deps_dir"
+  (cd "$deps_dir" && apt-get download "${missing[@]}")
+fi
+
+for package in "${packages[@]}"; do
+  compgen -G "$deps_dir/${package}_*.deb" >/dev/null ||
+    { echo "gpu_prepare: error: $package was not downloaded" >&2; exit 1; }
+done
+echo "gpu_prepare: $(ls "$deps_dir"/*.deb | wc -l) packages, $(du -sh "$deps_dir" | cut -f1) in $deps_dir"
