@@ -28,7 +28,8 @@ constexpr const char* kFooter = R"(
 LoRA (default): the base weights are frozen (bf16 with --training.dtype=bf16) and only the
 adapters train: --lora.r 8 --lora.alpha 16 --lora.dropout 0.05 --lora.targets=q_proj,k_proj,
 v_proj,o_proj by default (any of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj).
---full trains every weight instead (it takes no --lora.* flags).
+--full trains every weight instead (it takes no --lora.* flags). --adapter DIR continues a PEFT
+adapter (made by anvil or by peft): its settings and values start the run.
 
 Data: a .jsonl file of chat records {"messages": [{"role": "user", "content": ...}, ...]} or
 alpaca records {"instruction", "input", "output"}, rendered with --chat-template (default: the
@@ -61,6 +62,9 @@ int run_finetune(const std::vector<std::string>& raw_args) {
                  "SFT data: a .jsonl file (chat or alpaca records) or a shard folder from "
                  "`anvil prepare --sft` (not needed when resuming)");
   app.add_flag("--full", request.full, "train every weight instead of LoRA adapters");
+  app.add_option("--adapter", request.adapter,
+                 "PEFT adapter folder to continue training (its r, alpha, dropout, targets and "
+                 "values; sets lora.init_from)");
   app.add_option("--config", request.config_path, "TOML file applied over the SFT defaults");
   app.add_option("--run-dir", run_dir_arg, "run directory (default: runs/sft-<time>)");
   app.add_option("--chat-template", request.chat_template,

@@ -87,6 +87,7 @@ struct LoraConfigSection {
   double alpha = 16.0;
   double dropout = 0.0;
   std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  std::string init_from;  // PEFT adapter folder the adapters start from (empty: fresh init)
 };
 
 struct EvalConfigSection {

@@ -98,6 +98,10 @@ void validate_rest(const TrainConfig& config) {
   check_non_negative(config.checkpoint.every, "checkpoint.every");
   check_positive(config.checkpoint.keep, "checkpoint.keep");
   check_non_negative(config.lora.r, "lora.r");
+  ANVIL_CHECK(config.lora.init_from.empty() || config.lora.r > 0,
+              "[config] lora.init_from = {} continues a LoRA adapter, but lora.r = 0 trains no "
+              "adapters",
+              config.lora.init_from);
   ANVIL_CHECK(config.lora.r == 0 || config.parallel.zero_stage == 0,
               "[config] LoRA (lora.r = {}) runs with parallel.zero_stage = 0: every rank keeps "
               "the whole adapter set, and data parallelism still splits the batch; got "

@@ -15,6 +15,7 @@
 #include "data/dataloader.h"
 #include "data/sft.h"
 #include "model/hf_config.h"
+#include "model/peft_adapter.h"
 #include "tokenizer/tokenizer.h"
 #include "train/data_sources.h"
 #include "train/model_setup.h"
@@ -81,6 +82,18 @@ fs::path checked_base_dir(const fs::path& model_dir) {
               "[finetune] --model {}: no tokenizer.json or tokenizer.model to render the data with",
               model_dir.string());
   return fs::absolute(model_dir).lexically_normal();
+}
+
+// Takes the adapter settings of a PEFT folder (r, alpha, dropout, targets) and starts the
+// adapters from its values; flags and --config still apply on top, and a shape that then no
+// longer matches the file is refused when the adapter loads.
+void continue_adapter(TrainConfig& config, const fs::path& adapter) {
+  const PeftAdapterInfo info = read_peft_adapter_config(adapter);
+  config.lora.r = info.lora.r;
+  config.lora.alpha = info.lora.alpha;
+  config.lora.dropout = info.lora.dropout;
+  config.lora.targets = info.lora.targets;
+  config.lora.init_from = fs::absolute(adapter).lexically_normal().string();
 }
 
 bool is_shard_folder(const std::string& data) {
@@ -186,6 +199,8 @@ TrainConfig resolve_finetune_config(const FinetuneRequest& request, Communicator
   const ExplicitKeys explicit_keys(request);
   ANVIL_CHECK(!(request.full && explicit_keys.flag("lora.r")),
               "[finetune] --full trains every weight and takes no --lora.r; drop one of the two");
+  ANVIL_CHECK(!(request.full && !request.adapter.empty()),
+              "[finetune] --full trains every weight and takes no --adapter; drop one of the two");
   ANVIL_CHECK(!request.data.empty() || fs::exists(request.run_dir / "config.toml"),
               "[finetune] --data is required: a .jsonl file of chat or alpaca records, or a "
               "folder from anvil prepare --sft");
@@ -211,6 +226,7 @@ TrainConfig resolve_finetune_config(const FinetuneRequest& request, Communicator
   config.model = model_section_from(hf.llama);
   config.model.init_from = base.string();
   config.data.tokenizer = base.string();
+  if (!request.adapter.empty()) continue_adapter(config, request.adapter);
   if (!request.config_path.empty()) apply_config_file(config, request.config_path);
   for (const ConfigOverride& o : request.overrides) apply_config_override(config, o.name, o.value);
   if (request.full) config.lora.r = 0;

@@ -22,6 +22,8 @@ struct FinetuneRequest {
       model_dir;            // Hugging Face model folder (config.json, safetensors, tokenizer)
   std::string data;         // a .jsonl file (or folder / glob of them), or a shard folder
   bool full = false;        // train every weight instead of LoRA adapters
+  // A PEFT adapter folder to continue training (its r, alpha, dropout, targets and values).
+  std::filesystem::path adapter;
   std::string config_path;  // optional TOML file
   std::filesystem::path run_dir;
   std::string chat_template;  // empty: the tokenizer's default

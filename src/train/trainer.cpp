@@ -23,6 +23,7 @@
 #include "core/threading.h"
 #include "model/hf_checkpoint.h"
 #include "model/hf_config.h"
+#include "model/peft_adapter.h"
 #include "optim/lr_schedule.h"
 #include "parallel/engine.h"
 #include "parallel/sharded_checkpoint.h"
@@ -233,10 +234,17 @@ void Trainer::load_base_model() {
 void Trainer::load_initial_weights() {
   if (model_->lora_enabled()) {
     load_base_model();
-    model_->init_lora(static_cast<uint64_t>(config_.training.seed));
-    message(fmt::format("base weights from {} (frozen); LoRA adapters r={} alpha={} on {}",
+    if (config_.lora.init_from.empty()) {
+      model_->init_lora(static_cast<uint64_t>(config_.training.seed));
+    } else {
+      load_peft_adapter(config_.lora.init_from, *model_);
+    }
+    message(fmt::format("base weights from {} (frozen); LoRA adapters r={} alpha={} on {}, {}",
                         config_.model.init_from, config_.lora.r, config_.lora.alpha,
-                        fmt::join(config_.lora.targets, ",")));
+                        fmt::join(config_.lora.targets, ","),
+                        config_.lora.init_from.empty()
+                            ? std::string("freshly initialised")
+                            : "continued from " + config_.lora.init_from));
     return;
   }
   if (config_.model.init_from.empty()) {

@@ -9,6 +9,8 @@
 // stdin, PEFT and merged exports, and one-line errors for bad input with no output left behind.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors_collection.h"
 #include "train_test_support.h"
 
 namespace anvil {
@@ -325,6 +328,52 @@ TEST_F(FinetuneSftTest, BadInputsAreOneLineErrorsWithNothingLeftBehind) {
                                   (root / "bf16_adapter").string() + " --dtype bf16"),
                         "--merge");
   EXPECT_FALSE(fs::exists(root / "bf16_adapter"));
+}
+
+// `--adapter` continues a PEFT adapter: with a learning rate of 1e-30 one step changes no value
+// by more than ~1e-30, so the adapter handed back equals the one the run started from, while a
+// freshly initialised adapter (B = 0) could not: the first run's B matrices are far from zero.
+TEST_F(FinetuneSftTest, ContinuesAPeftAdapter) {
+  const std::string base = (root / "base").string();
+  const std::string data = " --data " + (root / "next.jsonl").string() + " " + kWindowArgs;
+  const fs::path first = root / "first_adapter", second = root / "second_adapter";
+  expect_ok(run_anvil("finetune --model " + base + data + " --run-dir " + first.string() +
+                      " --threads 1 --training.steps=3 --optimizer.lr=1e-2 --lora.r=4 "
+                      "--lora.alpha=8 --lora.targets=q_proj,v_proj"));
+  const CommandResult continued =
+      run_anvil("finetune --model " + base + data + " --run-dir " + second.string() +
+                " --adapter " + (first / "adapter").string() +
+                " --threads 1 --training.steps=1 --optimizer.lr=1e-30");
+  ASSERT_EQ(continued.exit_code, 0) << continued.output;
+  EXPECT_NE(continued.output.find("continued from"), std::string::npos) << continued.output;
+
+  const SafetensorsCollection before =
+      SafetensorsCollection::open(first / "adapter" / "adapter_model.safetensors");
+  const SafetensorsCollection after =
+      SafetensorsCollection::open(second / "adapter" / "adapter_model.safetensors");
+  ASSERT_EQ(before.names(), after.names());
+  ASSERT_EQ(before.size(), 8u);  // 2 layers x (q_proj, v_proj) x (A, B)
+  double largest_b = 0.0;
+  for (const std::string& name : before.names()) {
+    std::vector<float> a(static_cast<size_t>(before.at(name).numel()));
+    std::vector<float> b(static_cast<size_t>(after.at(name).numel()));
+    ASSERT_EQ(a.size(), b.size()) << name;
+    before.at(name).read_f32(a);
+    after.at(name).read_f32(b);
+    double diff = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+      if (name.find("lora_B") != std::string::npos)
+        largest_b = std::max(largest_b, static_cast<double>(std::abs(a[i])));
+    }
+    EXPECT_LE(diff, 1e-12) << name;
+  }
+  EXPECT_GT(largest_b, 1e-3);
+  const CommandResult full = run_anvil("finetune --full --model " + base + data + " --adapter " +
+                                       (first / "adapter").string() + " --run-dir " +
+                                       (root / "full_adapter").string());
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  EXPECT_NE(full.output.find("--adapter"), std::string::npos) << full.output;
 }
 
 }  // namespace

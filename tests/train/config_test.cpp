@@ -77,6 +77,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "lora.alpha",
                                              "lora.dropout",
                                              "lora.targets",
+                                             "lora.init_from",
                                              "eval.batch_size",
                                              "logging.every",
                                              "logging.json"};
