@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/corpus.h"
+#include "data/dataset_meta.h"
 #include "data/random.h"
 #include "data/shard_writer.h"
 #include "data/staging_folder.h"
@@ -123,10 +124,6 @@ std::vector<int32_t> encode_document(const Tokenizer& tokenizer, const std::stri
   return ids;
 }
 
-nlohmann::ordered_json optional_id(std::optional<int32_t> id) {
-  return id ? nlohmann::ordered_json(*id) : nlohmann::ordered_json(nullptr);
-}
-
 void write_meta(const fs::path& dir, const PrepareOptions& options, const Tokenizer& tokenizer,
                 bool adds_bos, const PrepareSummary& summary, const CorpusReader& reader,
                 const ResolvedInputs& inputs) {
@@ -144,13 +141,7 @@ void write_meta(const fs::path& dir, const PrepareOptions& options, const Tokeni
   const nlohmann::ordered_json meta = {
       {"format", "anvil-token-shards"},
       {"format_version", kShardVersion},
-      {"tokenizer",
-       {{"path", tokenizer.source_path()},
-        {"fingerprint", tokenizer.fingerprint()},
-        {"vocab_size", tokenizer.vocab_size()},
-        {"bos_id", optional_id(tokenizer.bos_id())},
-        {"eos_id", optional_id(tokenizer.eos_id())},
-        {"adds_bos", adds_bos}}},
+      {"tokenizer", tokenizer_meta_json(tokenizer, adds_bos)},
       {"token_bytes", summary.token_bytes},
       {"seed", options.seed},
       {"split_ratios", ratios},

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/corpus.h"
+#include "data/dataset_meta.h"
 #include "data/shard_writer.h"
 #include "data/sft_records.h"
 #include "data/staging_folder.h"
@@ -123,10 +124,6 @@ uint64_t pad_to_windows(RenderedChat& example, int64_t seq_len, int32_t pad_id) 
   return added;
 }
 
-nlohmann::ordered_json optional_id(std::optional<int32_t> id) {
-  return id ? nlohmann::ordered_json(*id) : nlohmann::ordered_json(nullptr);
-}
-
 void write_meta(const fs::path& dir, const SftPrepareOptions& options, const Tokenizer& tokenizer,
                 int32_t pad_id, const SftPrepareSummary& summary,
                 const std::vector<std::string>& files,
@@ -145,13 +142,7 @@ void write_meta(const fs::path& dir, const SftPrepareOptions& options, const Tok
   const nlohmann::ordered_json meta = {
       {"format", "anvil-token-shards"},
       {"format_version", kShardVersion},
-      {"tokenizer",
-       {{"path", tokenizer.source_path()},
-        {"fingerprint", tokenizer.fingerprint()},
-        {"vocab_size", tokenizer.vocab_size()},
-        {"bos_id", optional_id(tokenizer.bos_id())},
-        {"eos_id", optional_id(tokenizer.eos_id())},
-        {"adds_bos", false}}},
+      {"tokenizer", tokenizer_meta_json(tokenizer, false)},
       {"token_bytes", summary.token_bytes},
       {"seed", options.seed},
       {"split_ratios", ratios},

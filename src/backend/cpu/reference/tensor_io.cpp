@@ -1,49 +1,23 @@
 // Argument checks and dtype conversion for the reference ops (see tensor_io.h).
 #include "backend/cpu/reference/tensor_io.h"
 
-#include <string>
-
+#include "backend/tensor_checks.h"
 #include "core/error.h"
 
 namespace anvil::cpu_ref {
-namespace {
-
-std::string dtype_choices(std::initializer_list<DType> dtypes) {
-  std::string s;
-  for (DType t : dtypes) {
-    if (!s.empty()) s += " or ";
-    s += dtype_name(t);
-  }
-  return s;
-}
-
-std::string device_name(const Device& d) {
-  return fmt::format("{}:{}", d.type == DeviceType::cpu ? "cpu" : "cuda", d.index);
-}
-
-}  // namespace
 
 void check_tensor(const Tensor& t, const char* op, const char* what,
                   std::initializer_list<DType> dtypes) {
-  ANVIL_CHECK(t.device.is_cpu(), "[{}] {} lives on {}; the CPU backend takes host tensors only",
-              op, what, device_name(t.device));
-  ANVIL_CHECK(t.data != nullptr || t.numel() == 0, "[{}] {} has no data", op, what);
-  bool allowed = false;
-  for (DType d : dtypes) allowed = allowed || d == t.dtype;
-  ANVIL_CHECK(allowed, "[{}] {} has dtype {}, expected {}", op, what, dtype_name(t.dtype),
-              dtype_choices(dtypes));
+  check_op_tensor(t, DeviceType::cpu, "CPU", op, what, dtypes);
 }
 
 void check_tensor(const Tensor& t, const char* op, const char* what,
                   std::initializer_list<DType> dtypes, const Shape& shape) {
-  check_tensor(t, op, what, dtypes);
-  ANVIL_CHECK(t.shape == shape, "[{}] {} has shape {}, expected {}", op, what, t.shape.str(),
-              shape.str());
+  check_op_tensor(t, DeviceType::cpu, "CPU", op, what, dtypes, shape);
 }
 
 void check_rank(const Tensor& t, const char* op, const char* what, int rank) {
-  ANVIL_CHECK(t.shape.rank() == rank, "[{}] {} must have rank {}, got shape {}", op, what, rank,
-              t.shape.str());
+  check_op_rank(t, op, what, rank);
 }
 
 float load_float(const Tensor& t, int64_t i) {

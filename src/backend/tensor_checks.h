@@ -1,0 +1,22 @@
+// Argument checks every backend runs before an op touches memory, with one wording for all of
+// them ("[rmsnorm] weight has shape (5), expected (8)"), so a bad call fails alike on the CPU
+// and on an accelerator. Each backend wraps these with its own device type.
+#pragma once
+
+#include <initializer_list>
+
+#include "core/tensor.h"
+
+namespace anvil {
+
+// Throws unless t lives on a device of type `device`, has data (or no elements) and one of
+// the dtypes; `backend` names the backend in the message ("CPU", "CUDA").
+void check_op_tensor(const Tensor& t, DeviceType device, const char* backend, const char* op,
+                     const char* what, std::initializer_list<DType> dtypes);
+// Does check_op_tensor and also requires the exact shape.
+void check_op_tensor(const Tensor& t, DeviceType device, const char* backend, const char* op,
+                     const char* what, std::initializer_list<DType> dtypes, const Shape& shape);
+// Throws unless t has the given rank.
+void check_op_rank(const Tensor& t, const char* op, const char* what, int rank);
+
+}  // namespace anvil
