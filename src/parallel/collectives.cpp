@@ -45,7 +45,8 @@ void broadcast_string(Communicator& comm, std::string& text, int root) {
   uint32_t length = static_cast<uint32_t>(text.size());
   comm.broadcast(Tensor(&length, DType::u32, Shape{1}), root);
   std::vector<uint32_t> words((length + 3) / 4, 0);
-  if (comm.rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  // An empty string has no words: memcpy must not see words.data() == nullptr.
+  if (comm.rank() == root && !text.empty()) std::memcpy(words.data(), text.data(), text.size());
   comm.broadcast(Tensor(words.data(), DType::u32, Shape{static_cast<int64_t>(words.size())}), root);
   text.assign(reinterpret_cast<const char*>(words.data()), length);
 }
