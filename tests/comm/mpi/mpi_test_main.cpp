@@ -1,5 +1,5 @@
-// main() for the multi-process tests, run as `mpirun -np N test_comm_mpi`. Every rank runs
-// every test (they are collective); rank 0 prints GoogleTest's usual report and the other
+// main() for the multi-process test binaries (test_comm_mpi, test_parallel_mpi), run as
+// `mpirun -np N <binary>`. Every rank runs every test (they are collective); rank 0 prints GoogleTest's usual report and the other
 // ranks print only their failures, prefixed with their rank. The exit status is non-zero on
 // every rank if any rank failed, so mpirun reports the failure whichever rank saw it.
 #include <gtest/gtest.h>
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   anvil::Communicator& world = anvil::world();
   if (world.size() < 2) {
-    std::fprintf(stderr, "test_comm_mpi: run under mpirun with 2 or more ranks\n");
+    std::fprintf(stderr, "%s: run under mpirun with 2 or more ranks\n", argv[0]);
     return 1;
   }
   testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
@@ -50,6 +50,6 @@ int main(int argc, char** argv) {
   world.all_reduce(anvil::Tensor(&failed_anywhere, anvil::DType::i32, anvil::Shape{1}),
                    anvil::ReduceOp::max);
   if (world.rank() == 0 && failed_anywhere && !failed_here)
-    std::fprintf(stderr, "test_comm_mpi: tests failed on other ranks (see the [rank N] lines)\n");
+    std::fprintf(stderr, "%s: tests failed on other ranks (see the [rank N] lines)\n", argv[0]);
   return failed_anywhere;
 }
