@@ -2,8 +2,11 @@
 // cpu/optimized in optimized mode and to cpu/reference in reference mode.
 #include "backend/cpu/cpu_backend.h"
 
+#include <fmt/ranges.h>
+
 #include <cstring>
 
+#include "backend/cpu/optimized/isa.h"
 #include "backend/cpu/reference/reference_ops.h"
 #include "backend/registry.h"
 #include "core/cpu_info.h"
@@ -178,8 +181,10 @@ std::string describe_cpu_backend() {
   std::string mode;
   try {
     const cpu_opt::OptimizedOps optimized;
-    mode = fmt::format("optimized mode ({} GEMMs, {} kernels; cpu-ref forces the reference "
-                       "loops)", optimized.gemm_library(), optimized.isa_name());
+    mode = fmt::format("optimized mode ({} GEMMs, {} kernels; kernel tables this CPU runs: {} "
+                       "(ANVIL_CPU_ISA picks one); cpu-ref forces the reference loops)",
+                       optimized.gemm_library(), optimized.isa_name(),
+                       fmt::join(cpu_opt::supported_kernel_tables(), " "));
   } catch (const Error& e) {
     mode = fmt::format("optimized mode unavailable ({})", e.what());
   }

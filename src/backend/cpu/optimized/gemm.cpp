@@ -1,209 +1,51 @@
-// oneDNN matmul with a per-shape primitive cache (see gemm.h). Memory descriptors carry the
-// transposes as strides: op(a) = a^T is the (M, K) matrix with strides (1, M); a shared b is a
-// (1, K, N) operand that oneDNN broadcasts over the batch. alpha is the output scale and beta a
-// sum post-op, so beta == 0 never reads c (NaN in c cannot leak).
+// The library-independent part of the CPU GEMM (gemm.h): the choice of library per kernel
+// table and the widened path for bf16 operands a library cannot multiply natively.
 #include "backend/cpu/optimized/gemm.h"
 
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
-#include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include "core/buffer.h"
-#include "core/error.h"
 
 namespace anvil::cpu_opt {
 namespace {
 
-struct GemmKey {
-  MatmulShape shape;
-  bool operator==(const GemmKey& o) const {
-    const MatmulShape &a = shape, &b = o.shape;
-    return a.batches == b.batches && a.rank3 == b.rank3 && a.shared_b == b.shared_b &&
-           a.M == b.M && a.K == b.K && a.N == b.N && a.transpose_a == b.transpose_a &&
-           a.transpose_b == b.transpose_b && a.ab_dtype == b.ab_dtype &&
-           a.c_dtype == b.c_dtype && std::memcmp(&a.alpha, &b.alpha, 4) == 0 &&
-           std::memcmp(&a.beta, &b.beta, 4) == 0;
-  }
-};
-
-struct GemmKeyHash {
-  size_t operator()(const GemmKey& k) const {
-    const MatmulShape& s = k.shape;
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(static_cast<uint64_t>(s.batches));
-    mix(static_cast<uint64_t>(s.M));
-    mix(static_cast<uint64_t>(s.K));
-    mix(static_cast<uint64_t>(s.N));
-    uint32_t alpha_bits, beta_bits;
-    std::memcpy(&alpha_bits, &s.alpha, 4);
-    std::memcpy(&beta_bits, &s.beta, 4);
-    mix(alpha_bits);
-    mix(beta_bits);
-    mix((s.rank3 ? 1u : 0u) | (s.shared_b ? 2u : 0u) | (s.transpose_a ? 4u : 0u) |
-        (s.transpose_b ? 8u : 0u) | (static_cast<unsigned>(s.ab_dtype) << 4) |
-        (static_cast<unsigned>(s.c_dtype) << 8));
-    return static_cast<size_t>(h);
-  }
-};
-
-struct GemmEntry {
-  dnnl::matmul primitive;
-  dnnl::memory a, b, c, scratchpad;
-  size_t scratchpad_bytes = 0;
-  bool widened = false;  // bf16 operands run through the f32 primitive
-};
-
-dnnl::memory::data_type to_dnnl(DType dtype) {
-  return dtype == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-}
-
-// Returns the descriptor of a (rows, cols) operand, stored transposed when asked, batched as
-// (batches, rows, cols) when rank3 (batches == 1 with rank3 means broadcast).
-dnnl::memory::desc operand_desc(bool rank3, int64_t batches, int64_t rows, int64_t cols,
-                                bool transposed, DType dtype) {
-  const int64_t row_stride = transposed ? 1 : cols, col_stride = transposed ? rows : 1;
-  if (!rank3) return dnnl::memory::desc({rows, cols}, to_dnnl(dtype), {row_stride, col_stride});
-  return dnnl::memory::desc({batches, rows, cols}, to_dnnl(dtype),
-                            {rows * cols, row_stride, col_stride});
+// Returns `count` f32 values of `src` (bf16) widened into `buffer` (grown when too small).
+float* widen(const Kernels& kernels, Buffer& buffer, const void* src, int64_t count) {
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  if (bytes > buffer.bytes()) buffer = Buffer(HostAllocator::instance(), bytes);
+  if (src != nullptr) kernels.convert(src, DType::bf16, buffer.data(), DType::f32, count);
+  return static_cast<float*>(buffer.data());
 }
 
 }  // namespace
 
-struct OneDnnGemm::Impl {
-  const Kernels& kernels;
-  bool emulate_bf16;
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::unordered_map<GemmKey, GemmEntry, GemmKeyHash> cache;
-  Buffer scratchpad;
-  // f32 copies of bf16 operands (a, b, c) on the widened path.
-  Buffer widened_a, widened_b, widened_c;
-  std::mutex mutex;
-
-  Impl(const Kernels& k, bool emulate) : kernels(k), emulate_bf16(emulate) {}
-
-  GemmEntry make_entry(const MatmulShape& s, DType ab, DType c_dtype) {
-    const dnnl::memory::desc a_md =
-        operand_desc(s.rank3, s.batches, s.M, s.K, s.transpose_a, ab);
-    const dnnl::memory::desc b_md = operand_desc(s.rank3, s.shared_b ? 1 : s.batches, s.K, s.N,
-                                                 s.transpose_b, ab);
-    const dnnl::memory::desc c_md = operand_desc(s.rank3, s.batches, s.M, s.N, false, c_dtype);
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
-    if (s.beta != 0.0f) {
-      dnnl::post_ops post_ops;
-      post_ops.append_sum(s.beta);
-      attr.set_post_ops(post_ops);
-    }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
-    GemmEntry entry;
-    entry.primitive = dnnl::matmul(pd);
-    entry.a = dnnl::memory(a_md, engine, DNNL_MEMORY_NONE);
-    entry.b = dnnl::memory(b_md, engine, DNNL_MEMORY_NONE);
-    entry.c = dnnl::memory(c_md, engine, DNNL_MEMORY_NONE);
-    entry.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine, DNNL_MEMORY_NONE);
-    entry.scratchpad_bytes = pd.scratchpad_desc().get_size();
-    return entry;
-  }
-
-  GemmEntry& entry_for(const MatmulShape& s) {
-    const GemmKey key{s};
-    const auto found = cache.find(key);
-    if (found != cache.end()) return found->second;
-    GemmEntry entry;
-    bool widened = s.ab_dtype == DType::bf16 && emulate_bf16;
-    if (!widened) {
-      try {
-        entry = make_entry(s, s.ab_dtype, s.c_dtype);
-      } catch (const dnnl::error& e) {
-        ANVIL_CHECK(s.ab_dtype == DType::bf16, "[matmul] oneDNN cannot run an f32 matmul of "
-                    "({}, {}) x ({}, {}): {}", s.M, s.K, s.K, s.N, e.what());
-        widened = true;
-      }
-    }
-    if (widened) {
-      entry = make_entry(s, DType::f32, DType::f32);
-      entry.widened = true;
-    }
-    if (entry.scratchpad_bytes > scratchpad.bytes())
-      scratchpad = Buffer(HostAllocator::instance(), entry.scratchpad_bytes);
-    return cache.emplace(key, std::move(entry)).first->second;
-  }
-
-  // Returns `count` f32 values of `src` (bf16) widened into `buffer` (grown when too small).
-  const float* widen(Buffer& buffer, const void* src, int64_t count) {
-    const size_t bytes = static_cast<size_t>(count) * sizeof(float);
-    if (bytes > buffer.bytes()) buffer = Buffer(HostAllocator::instance(), bytes);
-    kernels.convert(src, DType::bf16, buffer.data(), DType::f32, count);
-    return static_cast<const float*>(buffer.data());
-  }
-
-  void execute(GemmEntry& entry, const void* a, const void* b, void* c) {
-    const dnnl_stream_t stream_handle = stream.get();
-    auto bind = [stream_handle](const dnnl::memory& memory, const void* ptr) {
-      const dnnl_status_t status =
-          dnnl_memory_set_data_handle_v2(memory.get(), const_cast<void*>(ptr), stream_handle);
-      ANVIL_CHECK(status == dnnl_success, "[matmul] oneDNN rejected a data pointer (status {})",
-                  static_cast<int>(status));
-    };
-    bind(entry.a, a);
-    bind(entry.b, b);
-    bind(entry.c, c);
-    bind(entry.scratchpad, scratchpad.data());
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, entry.a.get()},
-                                    {DNNL_ARG_WEIGHTS, entry.b.get()},
-                                    {DNNL_ARG_DST, entry.c.get()},
-                                    {DNNL_ARG_SCRATCHPAD, entry.scratchpad.get()}};
-    const dnnl_status_t status =
-        dnnl_primitive_execute(entry.primitive.get(), stream_handle, 4, args);
-    ANVIL_CHECK(status == dnnl_success, "[matmul] oneDNN matmul failed (status {})",
-                static_cast<int>(status));
-  }
-};
-
-OneDnnGemm::OneDnnGemm(const Kernels& kernels, bool emulate_bf16)
-    : impl_(std::make_unique<Impl>(kernels, emulate_bf16)) {}
-
-OneDnnGemm::~OneDnnGemm() = default;
-
-void OneDnnGemm::run(const MatmulShape& s, const void* a, const void* b, void* c) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  GemmEntry& entry = impl_->entry_for(s);
-  if (!entry.widened) {
-    impl_->execute(entry, a, b, c);
+void Gemm::run(const MatmulShape& s, const void* a, const void* b, void* c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (native(s)) {
+    run_native(s, a, b, c);
     return;
   }
+  MatmulShape wide = s;
+  wide.ab_dtype = DType::f32;
+  wide.c_dtype = DType::f32;
   const int64_t a_count = s.batches * s.M * s.K;
   const int64_t b_count = (s.shared_b ? 1 : s.batches) * s.K * s.N;
   const int64_t c_count = s.batches * s.M * s.N;
-  const float* a32 = impl_->widen(impl_->widened_a, a, a_count);
-  const float* b32 = impl_->widen(impl_->widened_b, b, b_count);
+  const float* a32 = s.ab_dtype == DType::f32 ? static_cast<const float*>(a)
+                                              : widen(kernels_, widened_a_, a, a_count);
+  const float* b32 = s.ab_dtype == DType::f32 ? static_cast<const float*>(b)
+                                              : widen(kernels_, widened_b_, b, b_count);
   if (s.c_dtype == DType::f32) {
-    impl_->execute(entry, a32, b32, c);
+    run_native(wide, a32, b32, c);
     return;
   }
-  const size_t c_bytes = static_cast<size_t>(c_count) * sizeof(float);
-  if (c_bytes > impl_->widened_c.bytes())
-    impl_->widened_c = Buffer(HostAllocator::instance(), c_bytes);
-  void* c32 = impl_->widened_c.data();
-  if (s.beta != 0.0f) impl_->kernels.convert(c, DType::bf16, c32, DType::f32, c_count);
-  impl_->execute(entry, a32, b32, c32);
-  impl_->kernels.convert(c32, DType::f32, c, DType::bf16, c_count);
+  // beta == 0 must not read c (it may hold NaN): then the f32 copy is not filled from it.
+  float* c32 = widen(kernels_, widened_c_, s.beta != 0.0f ? c : nullptr, c_count);
+  run_native(wide, a32, b32, c32);
+  kernels_.convert(c32, DType::f32, c, DType::bf16, c_count);
 }
 
-size_t OneDnnGemm::cached_primitives() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->cache.size();
-}
-
-std::string OneDnnGemm::version() {
-  const dnnl_version_t* v = dnnl_version();
-  return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
+std::unique_ptr<Gemm> make_gemm(const Kernels& kernels) {
+  if (std::strcmp(kernels.isa_name, "avx512") == 0) return make_onednn_gemm(kernels);
+  return make_openblas_gemm(kernels);
 }
 
 }  // namespace anvil::cpu_opt

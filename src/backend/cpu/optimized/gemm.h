@@ -1,18 +1,21 @@
-// GEMM for the optimized CPU backend through oneDNN's matmul primitive (the library choice is
-// measured in docs/performance.md). One primitive per distinct (shape, transposes, dtypes,
-// alpha, beta) is created on first use and cached with its memory objects, so the steady
-// state creates nothing: a call binds the data pointers and executes. Transposes and batches
-// are expressed as strides and broadcast dims, never as copies. The scratchpad is ours (user
-// mode), one buffer sized for the largest cached primitive. bf16 inputs accumulate in f32
-// (AVX512-BF16 vdpbf16ps where the CPU has it); where oneDNN has no bf16 kernel for the CPU,
-// the operands are widened to f32 and the f32 primitive runs instead, with the same results.
+// GEMM for the optimized CPU backend, behind one small interface with two libraries (the
+// choice is measured in docs/performance.md): oneDNN's matmul primitive alongside the AVX-512
+// kernel table, and OpenBLAS alongside the AVX2 and generic tables. Both keep the steady
+// state free of heap allocations: oneDNN's cached primitives run on our scratchpad, and
+// OpenBLAS works in its own buffer pool (mapped once). oneDNN's AVX2 matmul cannot: it is its
+// gemm driver, which mallocs its packing buffers on every call. Transposes and batches are
+// strides, never copies. bf16 operands accumulate in f32; where a library has no bf16 kernel
+// for the CPU, they are widened to f32 into buffers owned here (grown, never shrunk) and the
+// f32 product runs instead, with the same results.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "backend/cpu/optimized/kernels.h"
+#include "core/buffer.h"
 
 namespace anvil::cpu_opt {
 
@@ -27,24 +30,34 @@ struct MatmulShape {
   float alpha = 1.0f, beta = 0.0f;
 };
 
-class OneDnnGemm {
+class Gemm {
  public:
-  // `kernels` converts operands on the f32 fallback path; `emulate_bf16` forces that path.
-  OneDnnGemm(const Kernels& kernels, bool emulate_bf16);
-  ~OneDnnGemm();
-  OneDnnGemm(const OneDnnGemm&) = delete;
-  OneDnnGemm& operator=(const OneDnnGemm&) = delete;
+  // `kernels` converts bf16 operands on the widened path.
+  explicit Gemm(const Kernels& kernels) : kernels_(kernels) {}
+  virtual ~Gemm() = default;
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
 
   // Runs the matmul on host pointers (M, N, K all > 0). Throws anvil::Error on a library error.
   void run(const MatmulShape& shape, const void* a, const void* b, void* c);
-  // Returns the number of cached primitives (for tests and the benchmark).
-  size_t cached_primitives() const;
   // Returns "oneDNN 2.6.3"-style text naming the library and its version.
-  static std::string version();
+  virtual std::string library() const = 0;
+
+ protected:
+  // Returns whether run_native multiplies these dtypes itself (f32 operands always).
+  virtual bool native(const MatmulShape& shape) = 0;
+  virtual void run_native(const MatmulShape& shape, const void* a, const void* b, void* c) = 0;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  const Kernels& kernels_;
+  // f32 copies of bf16 operands (a, b, c) on the widened path.
+  Buffer widened_a_, widened_b_, widened_c_;
+  std::mutex mutex_;
 };
+
+// Returns the GEMM that goes with a kernel table: oneDNN for "avx512", OpenBLAS otherwise.
+std::unique_ptr<Gemm> make_gemm(const Kernels& kernels);
+std::unique_ptr<Gemm> make_onednn_gemm(const Kernels& kernels);
+std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels);
 
 }  // namespace anvil::cpu_opt

@@ -49,4 +49,14 @@ const Kernels& select_kernels() {
   return generic_kernels();
 }
 
+std::vector<std::string> supported_kernel_tables() {
+  std::vector<std::string> tables;
+#if defined(__x86_64__)
+  if (has_avx512()) tables.push_back("avx512");
+  if (has_avx2()) tables.push_back("avx2");
+#endif
+  tables.push_back("generic");
+  return tables;
+}
+
 }  // namespace anvil::cpu_opt

@@ -4,6 +4,9 @@
 // cannot run is an error, never a crash.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "backend/cpu/optimized/kernels.h"
 
 namespace anvil::cpu_opt {
@@ -11,5 +14,7 @@ namespace anvil::cpu_opt {
 // Returns the kernel table to use: ANVIL_CPU_ISA when set (checked against the CPU), otherwise
 // the widest one the CPU supports. Throws anvil::Error for an unknown or unsupported request.
 const Kernels& select_kernels();
+// Returns the names of the tables this CPU can run, widest (the default) first.
+std::vector<std::string> supported_kernel_tables();
 
 }  // namespace anvil::cpu_opt

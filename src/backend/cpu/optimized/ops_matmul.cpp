@@ -13,12 +13,10 @@ namespace anvil::cpu_opt {
 using cpu_ref::check_tensor;
 using cpu_ref::kActivationDtypes;
 
-// bf16 GEMMs run natively only alongside the AVX-512 kernels; with a narrower table (a CPU
-// without AVX-512, or ANVIL_CPU_ISA forcing one) they take the widened f32 path. The same
-// holds for the bf16 attention kernels, which also need AVX512-BF16.
-OptimizedOps::OptimizedOps()
-    : kernels_(select_kernels()),
-      gemm_(kernels_, std::strcmp(kernels_.isa_name, "avx512") != 0) {
+// The GEMM library follows the kernel table, so ANVIL_CPU_ISA=avx2 on an AVX-512 machine runs
+// what an AVX2-only machine runs (OpenBLAS, bf16 widened to f32). The bf16 attention kernels
+// need the AVX-512 table on a CPU with AVX512-BF16.
+OptimizedOps::OptimizedOps() : kernels_(select_kernels()), gemm_(make_gemm(kernels_)) {
 #if defined(__x86_64__)
   if (std::strcmp(kernels_.isa_name, "avx512") == 0 && cpu_info().avx512_bf16)
     bf16_attention_ = &avx512_bf16_attention_kernels();
@@ -73,7 +71,7 @@ void OptimizedOps::matmul(const Tensor& a, const Tensor& b, const Tensor& c, boo
   s.c_dtype = c.dtype;
   s.alpha = alpha;
   s.beta = beta;
-  gemm_.run(s, a.data, b.data, c.data);
+  gemm_->run(s, a.data, b.data, c.data);
 }
 
 }  // namespace anvil::cpu_opt

@@ -1,4 +1,5 @@
-// OptimizedOps: the "cpu" backend's op implementations. GEMMs go to oneDNN (gemm.h); every
+// OptimizedOps: the "cpu" backend's op implementations. GEMMs go to oneDNN or OpenBLAS,
+// whichever goes with the kernel table (gemm.h); every
 // other op validates its arguments exactly like the reference (same "[op] ..." messages),
 // splits rows across OpenMP threads and runs the SIMD kernel table chosen for this CPU
 // (isa.h). Cases the kernels do not cover (f16 storage, mixed dtypes within SwiGLU, positions
@@ -21,13 +22,13 @@ namespace anvil::cpu_opt {
 
 class OptimizedOps {
  public:
-  // Selects the kernel table (ANVIL_CPU_ISA or the CPU's best) and sets up oneDNN.
+  // Selects the kernel table (ANVIL_CPU_ISA or the CPU's best) and its GEMM library.
   OptimizedOps();
 
   // Returns the name of the kernel table in use ("avx512", "avx2" or "generic").
   const char* isa_name() const { return kernels_.isa_name; }
   // Returns the GEMM library's name and version.
-  std::string gemm_library() const { return OneDnnGemm::version(); }
+  std::string gemm_library() const { return gemm_->library(); }
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
               bool transpose_b, float alpha, float beta);
@@ -71,7 +72,7 @@ class OptimizedOps {
   const Kernels& kernels_;
   // Non-null when the AVX-512 table runs on a CPU with AVX512-BF16.
   const Bf16AttentionKernels* bf16_attention_ = nullptr;
-  OneDnnGemm gemm_;
+  std::unique_ptr<Gemm> gemm_;
   RopeTables rope_tables_;
   Buffer attention_scratch_;
   Buffer dweight_partials_;

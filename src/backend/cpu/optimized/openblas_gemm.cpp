@@ -1,0 +1,97 @@
+// OpenBLAS sgemm (gemm.h), the GEMM of the AVX2 and generic kernel tables. We thread it
+// ourselves: OpenBLAS is held at one thread and each OpenMP thread of ours multiplies one
+// slice (a batch, or a contiguous block of rows or columns of c), so one thread pool serves
+// every op and the pthread OpenBLAS never spins next to OpenMP. A slice never splits K, so
+// each element of c is one sum in OpenBLAS's order whatever the thread count. OpenBLAS keeps
+// its packing buffers in a pool mapped on first use: the steady state allocates nothing.
+// bf16 operands take the widened path (Debian's OpenBLAS exports no bf16 GEMM).
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "backend/cpu/optimized/gemm.h"
+#include "backend/cpu/optimized/parallel.h"
+#include "core/error.h"
+
+namespace anvil::cpu_opt {
+namespace {
+
+// Slices narrower than this run as one: tiny GEMMs lose more to overhead than they gain.
+constexpr int64_t kMinSliceExtent = 32;
+
+class OpenBlasGemm final : public Gemm {
+ public:
+  explicit OpenBlasGemm(const Kernels& kernels) : Gemm(kernels) { openblas_set_num_threads(1); }
+
+  std::string library() const override {
+    // openblas_get_config() reads "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen MAX_THREADS=64".
+    const std::string config = openblas_get_config();
+    const size_t end = config.find(' ', config.find(' ') + 1);
+    return config.substr(0, end) + " (" + openblas_get_corename() + " kernels)";
+  }
+
+ protected:
+  bool native(const MatmulShape& s) override {
+    return s.ab_dtype == DType::f32 && s.c_dtype == DType::f32;
+  }
+
+  void run_native(const MatmulShape& s, const void* a_ptr, const void* b_ptr,
+                  void* c_ptr) override {
+    ANVIL_CHECK(s.M <= INT_MAX && s.N <= INT_MAX && s.K <= INT_MAX,
+                "[matmul] ({}, {}) x ({}, {}) exceeds OpenBLAS's 32-bit dimensions", s.M, s.K,
+                s.K, s.N);
+    const float* a = static_cast<const float*>(a_ptr);
+    const float* b = static_cast<const float*>(b_ptr);
+    float* c = static_cast<float*>(c_ptr);
+    // Row-major operands as stored: a is (M, K), or (K, M) when transposed; b likewise.
+    const int64_t lda = s.transpose_a ? s.M : s.K, ldb = s.transpose_b ? s.K : s.N;
+    const int64_t a_batch = s.M * s.K, b_batch = s.shared_b ? 0 : s.K * s.N, c_batch = s.M * s.N;
+    // Slices: whole batches when there are enough of them, else blocks of the longer side.
+    const int64_t threads = omp_get_max_threads();
+    const int64_t per_batch =
+        s.batches >= threads
+            ? 1
+            : std::max<int64_t>(1, std::min(threads / s.batches,
+                                            std::max(s.M, s.N) / kMinSliceExtent));
+    const bool split_rows = s.M >= s.N;
+    const int64_t extent = split_rows ? s.M : s.N;
+    const auto slice = [&](int64_t item) {
+      const int64_t batch = item / per_batch, part = item % per_batch;
+      const int64_t begin = extent * part / per_batch, end = extent * (part + 1) / per_batch;
+      const float* a_slice = a + batch * a_batch;
+      const float* b_slice = b + batch * b_batch;
+      float* c_slice = c + batch * c_batch;
+      int64_t rows = s.M, cols = s.N;
+      if (split_rows) {
+        a_slice += s.transpose_a ? begin : begin * lda;
+        c_slice += begin * s.N;
+        rows = end - begin;
+      } else {
+        b_slice += s.transpose_b ? begin * ldb : begin;
+        c_slice += begin;
+        cols = end - begin;
+      }
+      cblas_sgemm(CblasRowMajor, s.transpose_a ? CblasTrans : CblasNoTrans,
+                  s.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(rows),
+                  static_cast<int>(cols), static_cast<int>(s.K), s.alpha, a_slice,
+                  static_cast<int>(lda), b_slice, static_cast<int>(ldb), s.beta, c_slice,
+                  static_cast<int>(s.N));
+    };
+    const int64_t items = s.batches * per_batch;
+    if (items == 1) {
+      slice(0);
+      return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t item = 0; item < items; ++item) slice(item);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels) {
+  return std::make_unique<OpenBlasGemm>(kernels);
+}
+
+}  // namespace anvil::cpu_opt
