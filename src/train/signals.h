@@ -29,5 +29,9 @@ class StopSignalGuard {
 // ANVIL_TEST_KILL_RANK (default: the last one) kills itself with SIGKILL, once per launch
 // (only while ANVIL_LAUNCH_ATTEMPT, set by `anvil launch`, is absent or 0).
 void kill_self_if_test_asks(int64_t step, int rank, int world_size);
+// Hang injection for the watchdog tests: the same with ANVIL_TEST_STOP_AT_STEP and
+// ANVIL_TEST_STOP_RANK, and the rank stops itself with SIGSTOP, so its peers block in their
+// next collective exactly as behind a frozen or unreachable rank.
+void stop_self_if_test_asks(int64_t step, int rank, int world_size);
 
 }  // namespace anvil
