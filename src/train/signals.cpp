@@ -49,6 +49,7 @@ StopSignalGuard::StopSignalGuard() {
 }
 
 StopSignalGuard::~StopSignalGuard() {
+  if (keep_installed_) return;
   sigaction(SIGINT, &g_previous_int, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
   sigaction(SIGUSR1, &g_previous_usr1, nullptr);

@@ -23,6 +23,14 @@ class StopSignalGuard {
   static bool stop_requested();
   // Returns the number of the first signal received (0 when none).
   static int signal_number();
+  // Leaves the handlers installed after the guard is gone. For a process that stops on a
+  // signal that reached another rank first: its own copy of the signal (mpirun forwards one
+  // to every rank, not all at the same instant) may still be on its way, and under the default
+  // action it would kill the process after its checkpoint, turning a clean stop into a failure.
+  void keep_installed() { keep_installed_ = true; }
+
+ private:
+  bool keep_installed_ = false;
 };
 
 // Fault injection for the restart tests: when ANVIL_TEST_KILL_AT_STEP equals `step`, the rank

@@ -471,6 +471,7 @@ TrainResult Trainer::run() {
       watch(step, nullptr);
     }
     if (stop) {
+      signals.keep_installed();
       result.stopped_by_signal = true;
       message(fmt::format("stopped by signal {} after step {}/{}; resume with: {}", stop_signal,
                           step, total_steps, options_.resume_command));
