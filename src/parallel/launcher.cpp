@@ -68,8 +68,11 @@ void log_launch(const std::string& line) {
 // One run of mpirun: its process, the read end of its output pipe, and what was seen.
 class JobRun {
  public:
-  JobRun(const std::vector<std::string>& argv, bool recovering, Clock::time_point failure_time)
-      : recovering_(recovering), failure_time_(failure_time) {
+  // `failure_time` and `last_step_time` (when the previous run's rank 0 last finished a step)
+  // are what a recovering run measures its recovery from.
+  JobRun(const std::vector<std::string>& argv, bool recovering, Clock::time_point failure_time,
+         Clock::time_point last_step_time)
+      : recovering_(recovering), failure_time_(failure_time), last_step_time_(last_step_time) {
     int fds[2];
     ANVIL_CHECK(pipe2(fds, O_CLOEXEC) == 0, "[launch] cannot create a pipe: {}",
                 std::strerror(errno));
@@ -92,6 +95,10 @@ class JobRun {
   Clock::time_point failure_seen() const { return failure_seen_; }
   bool stop_forwarded() const { return forwarded_signals_ > 0; }
   bool clean_stop_reported() const { return clean_stop_; }
+  // Returns when rank 0 last reported a finished step (`fallback` if it never did).
+  Clock::time_point last_step_seen(Clock::time_point fallback) const {
+    return last_step_seen_ ? *last_step_seen_ : fallback;
+  }
 
  private:
   [[noreturn]] static void exec_child(const std::vector<std::string>& argv, int out_fd) {
@@ -143,6 +150,8 @@ class JobRun {
   int fd_ = -1;
   bool recovering_;
   Clock::time_point failure_time_;
+  Clock::time_point last_step_time_;
+  std::optional<Clock::time_point> last_step_seen_;
   int forwarded_signals_ = 0;
   Clock::time_point stop_sent_at_;
   bool stop_escalated_ = false;
@@ -181,14 +190,20 @@ void JobRun::handle_line(std::string_view raw) {
   if (line.rank == 0 && line.text.find("stopped by signal") != std::string::npos) {
     clean_stop_ = true;
   }
-  if (line.rank == 0 && recovering_ && !recovery_reported_) {
-    const long step = progress_step(line.text);
-    if (step >= 0) {
-      recovery_reported_ = true;
-      const double seconds = std::chrono::duration<double>(Clock::now() - failure_time_).count();
-      log_launch(fmt::format("recovered: step {} finished {:.1f} s after the failure was "
-                             "detected", step, seconds));
-    }
+  const long step = line.rank == 0 ? progress_step(line.text) : -1;
+  if (step < 0) return;
+  const Clock::time_point now = Clock::now();
+  last_step_seen_ = now;
+  if (recovering_ && !recovery_reported_) {
+    recovery_reported_ = true;
+    // The second figure includes the time it took to notice the failure (a hang watchdog's
+    // timeout), so it is the training time the failure cost.
+    const auto seconds_since = [&](Clock::time_point then) {
+      return std::chrono::duration<double>(now - then).count();
+    };
+    log_launch(fmt::format("recovered: step {} finished {:.1f} s after the failure was detected, "
+                           "{:.1f} s after the last step before it",
+                           step, seconds_since(failure_time_), seconds_since(last_step_time_)));
   }
 }
 
@@ -314,11 +329,12 @@ int run_launch(const LaunchOptions& options) {
   const bool as_root = geteuid() == 0;
   SignalGuard signals;
   Clock::time_point failure_time;
+  Clock::time_point last_step_time;
   for (int attempt = 0;; ++attempt) {
     const std::vector<std::string>& args = attempt == 0 ? options.first_args : options.restart_args;
     const std::vector<std::string> argv = mpirun_command(options, attempt, as_root, args);
     if (attempt == 0) log_launch(fmt::format("{} ranks: {}", options.nproc, fmt::join(argv, " ")));
-    JobRun run(argv, attempt > 0, failure_time);
+    JobRun run(argv, attempt > 0, failure_time, last_step_time);
     const int status = run.supervise(options.stop_timeout_s);
     const bool succeeded = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (run.stop_forwarded()) {
@@ -330,6 +346,7 @@ int run_launch(const LaunchOptions& options) {
     }
     if (succeeded) return 0;
     failure_time = run.failure() ? run.failure_seen() : Clock::now();
+    last_step_time = run.last_step_seen(failure_time);
     if (run.failure()) {
       log_launch(fmt::format("rank {} failed: {}", run.failure()->rank, run.failure()->reason));
     } else {

@@ -75,6 +75,8 @@ struct ParallelConfigSection {
   int64_t tp = 1;
   int64_t zero_stage = 0;
   bool offload = false;
+  // Seconds a rank may wait inside one collective before the watchdog ends it (0: off).
+  double collective_timeout_s = 600.0;
 };
 
 struct CheckpointConfigSection {

@@ -66,6 +66,8 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(parallel, tp, "tensor-parallel ranks (must be 1 for now)"),
       ANVIL_CONFIG_FIELD(parallel, zero_stage, "ZeRO stage 0-3 on the fsdp axis"),
       ANVIL_CONFIG_FIELD(parallel, offload, "keep optimizer state on the host"),
+      ANVIL_CONFIG_FIELD(parallel, collective_timeout_s,
+                         "end a rank blocked this long in one collective (0: never)"),
       ANVIL_CONFIG_FIELD(checkpoint, every, "checkpoint every N steps (0: only at the end)"),
       ANVIL_CONFIG_FIELD(checkpoint, keep, "committed checkpoints to keep"),
       ANVIL_CONFIG_FIELD(lora, r, "adapter rank (0: no LoRA)"),

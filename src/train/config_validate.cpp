@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "optim/lr_schedule.h"
@@ -95,6 +96,11 @@ void validate_rest(const TrainConfig& config) {
   ANVIL_CHECK(config.parallel.zero_stage >= 0 && config.parallel.zero_stage <= 3,
               "[config] parallel.zero_stage must be 0, 1, 2 or 3, got {}",
               config.parallel.zero_stage);
+  ANVIL_CHECK(config.parallel.collective_timeout_s >= 0 &&
+                  std::isfinite(config.parallel.collective_timeout_s),
+              "[config] parallel.collective_timeout_s must be >= 0 seconds (0 disables the hang "
+              "watchdog), got {}",
+              config.parallel.collective_timeout_s);
   check_non_negative(config.checkpoint.every, "checkpoint.every");
   check_positive(config.checkpoint.keep, "checkpoint.keep");
   check_non_negative(config.lora.r, "lora.r");

@@ -1,5 +1,5 @@
 // Signal handlers (async-signal-safe only: an atomic flag, write(2), signal(2), raise(3)) and
-// the fault-injection hook of the restart tests.
+// the fault-injection hooks of the restart and hang tests.
 #include "train/signals.h"
 
 #include <signal.h>
@@ -49,6 +49,7 @@ StopSignalGuard::StopSignalGuard() {
 }
 
 StopSignalGuard::~StopSignalGuard() {
+  if (keep_installed_) return;
   sigaction(SIGINT, &g_previous_int, nullptr);
   sigaction(SIGTERM, &g_previous_term, nullptr);
   sigaction(SIGUSR1, &g_previous_usr1, nullptr);
@@ -58,18 +59,41 @@ bool StopSignalGuard::stop_requested() { return g_signal.load() != 0; }
 
 int StopSignalGuard::signal_number() { return g_signal.load(); }
 
-void kill_self_if_test_asks(int64_t step, int rank, int world_size) {
-  const char* at = std::getenv("ANVIL_TEST_KILL_AT_STEP");
-  if (at == nullptr || std::atoll(at) != step) return;
+namespace {
+
+// Returns whether the fault of `step_variable` (ANVIL_TEST_KILL_AT_STEP, ...) is due now on
+// this rank: the step matches, this is the first attempt, and `rank_variable` names this rank
+// (absent: the last rank).
+bool test_fault_due(const char* step_variable, const char* rank_variable, int64_t step, int rank,
+                    int world_size) {
+  const char* at = std::getenv(step_variable);
+  if (at == nullptr || std::atoll(at) != step) return false;
   const char* attempt = std::getenv("ANVIL_LAUNCH_ATTEMPT");
-  if (attempt != nullptr && std::string(attempt) != "0") return;
-  const char* victim = std::getenv("ANVIL_TEST_KILL_RANK");
-  if ((victim != nullptr ? std::atoi(victim) : world_size - 1) != rank) return;
+  if (attempt != nullptr && std::string(attempt) != "0") return false;
+  const char* victim = std::getenv(rank_variable);
+  return (victim != nullptr ? std::atoi(victim) : world_size - 1) == rank;
+}
+
+}  // namespace
+
+void kill_self_if_test_asks(int64_t step, int rank, int world_size) {
+  if (!test_fault_due("ANVIL_TEST_KILL_AT_STEP", "ANVIL_TEST_KILL_RANK", step, rank, world_size))
+    return;
   std::fflush(stdout);
   fmt::print(stderr, "anvil: test: rank {} kills itself with SIGKILL after step {} "
              "(ANVIL_TEST_KILL_AT_STEP)\n", rank, step);
   std::fflush(stderr);
   ::raise(SIGKILL);
+}
+
+void stop_self_if_test_asks(int64_t step, int rank, int world_size) {
+  if (!test_fault_due("ANVIL_TEST_STOP_AT_STEP", "ANVIL_TEST_STOP_RANK", step, rank, world_size))
+    return;
+  std::fflush(stdout);
+  fmt::print(stderr, "anvil: test: rank {} stops itself with SIGSTOP after step {} "
+             "(ANVIL_TEST_STOP_AT_STEP)\n", rank, step);
+  std::fflush(stderr);
+  ::raise(SIGSTOP);
 }
 
 }  // namespace anvil

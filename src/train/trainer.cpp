@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threading.h"
@@ -43,6 +44,16 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point begin, Clock::time_point end) {
   return std::chrono::duration<double>(end - begin).count();
+}
+
+// Returns the hang watchdog of a multi-rank run (none for one process, which never waits).
+std::unique_ptr<CollectiveWatchdog> make_watchdog(const TrainConfig& config,
+                                                  const Communicator& world) {
+  if (config.parallel.collective_timeout_s <= 0 || world.size() == 1) return nullptr;
+  auto watchdog =
+      std::make_unique<CollectiveWatchdog>(config.parallel.collective_timeout_s, world.rank());
+  watchdog->set_phase("start-up");
+  return watchdog;
 }
 
 // Steps of each process run left out of the steady-state throughput (start-up effects).
@@ -118,11 +129,19 @@ class Trainer {
   void log_resume_config_changes(const std::string& saved_config_toml);
   // Prints a line on world rank 0 only.
   void message(const std::string& line);
+  // Tells the watchdog what a collective that hangs from now on belongs to.
+  void watch(int64_t step, const char* phase) {
+    if (!watchdog_) return;
+    watchdog_->set_step(step);
+    watchdog_->set_phase(phase);
+  }
 
   const TrainRunOptions& options_;
   const TrainConfig& config_;
   Communicator& world_;
   bool root_;
+  // Before every member whose construction runs collectives.
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   RunDir run_;
   std::unique_ptr<Backend> backend_;
   TrainingData data_;
@@ -150,6 +169,7 @@ Trainer::Trainer(const TrainRunOptions& options)
       config_(options.config),
       world_(options.world != nullptr ? *options.world : anvil::world()),
       root_(world_.rank() == 0),
+      watchdog_(make_watchdog(options.config, world_)),
       run_{options.run_dir},
       backend_(make_backend(options.backend)),
       data_(open_training_data(options.config)),
@@ -306,6 +326,7 @@ void Trainer::start_or_resume() {
 
 StepOutcome Trainer::train_step(int64_t step) {
   const Clock::time_point begin = Clock::now();
+  watch(step, nullptr);
   BatchLayout layout;
   layout.micro_batch = micro_batch_;
   layout.grad_accum = grad_accum_;
@@ -395,6 +416,7 @@ TrainResult Trainer::run() {
     message(memory);
   }
 
+  watch(-1, nullptr);
   if (progress_.step == total_steps) {
     message(fmt::format("nothing to do: the run is complete at step {}", total_steps));
   }
@@ -426,24 +448,30 @@ TrainResult Trainer::run() {
                                  peak_rss_mb()});
     }
     kill_self_if_test_asks(step, world_.rank(), world_.size());
+    stop_self_if_test_asks(step, world_.rank(), world_.size());
     result.final_loss = outcome.loss;
     result.steps_this_run = steps_done;
     result.tokens_this_run += tokens_per_step;
     const bool last = step == total_steps;
     if (data_.val &&
         ((config_.training.eval_every > 0 && step % config_.training.eval_every == 0) || last)) {
+      watch(step, "eval");
       const EvalRecord record = evaluate(step);
       if (root_) metrics->write(record);
       result.final_val_loss = record.loss;
+      watch(step, nullptr);
     }
     // Ranks receive a stop signal at slightly different times; they agree on the step.
     int32_t stop_signal = StopSignalGuard::signal_number();
     world_.all_reduce(Tensor(&stop_signal, DType::i32, Shape{1}), ReduceOp::max);
     const bool stop = stop_signal != 0;
     if ((config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) || last || stop) {
+      watch(step, "checkpoint save");
       save_checkpoint();
+      watch(step, nullptr);
     }
     if (stop) {
+      signals.keep_installed();
       result.stopped_by_signal = true;
       message(fmt::format("stopped by signal {} after step {}/{}; resume with: {}", stop_signal,
                           step, total_steps, options_.resume_command));

@@ -71,6 +71,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.tp",
                                              "parallel.zero_stage",
                                              "parallel.offload",
+                                             "parallel.collective_timeout_s",
                                              "checkpoint.every",
                                              "checkpoint.keep",
                                              "lora.r",
@@ -166,6 +167,13 @@ TEST(ConfigTest, ValidationNamesTheKey) {
   config.optimizer.schedule = "cosin";
   EXPECT_NE(error_of([&] { validate_config(config); }).find("did you mean 'cosine'?"),
             std::string::npos);
+  config = TrainConfig{};
+  apply_config_override(config, "parallel.collective_timeout_s", "-1");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] parallel.collective_timeout_s must be >= 0 seconds (0 disables the hang "
+            "watchdog), got -1");
+  apply_config_override(config, "parallel.collective_timeout_s", "0");
+  EXPECT_EQ(error_of([&] { validate_config(config); }), "");
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
 }
 

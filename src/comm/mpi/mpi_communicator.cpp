@@ -6,6 +6,7 @@
 
 #include "comm/comm_common.h"
 #include "comm/mpi/mpi_handles.h"
+#include "comm/watchdog.h"
 
 namespace anvil::mpi {
 namespace {
@@ -37,15 +38,19 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     ANVIL_CHECK(color >= 0, "[comm] split color must be >= 0, got {}", color);
     MPI_Comm sub = MPI_COMM_NULL;
-    MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+    {
+      const CollectiveScope scope("split");
+      MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+    }
     return make_mpi_communicator(sub);
   }
 
   void all_reduce(const Tensor& t, ReduceOp op) override {
     const int count = check_all_reduce(t);
     if (count == 0) return;
+    const CollectiveScope scope("all_reduce");
     if (runs_as_ordered_sum(op, t.dtype)) {
-      start_ordered_all_reduce(t, ordered_comm_, next_tag())->wait();
+      start_ordered_all_reduce(t, ordered_comm_, next_tag(), "all_reduce")->wait();
       return;
     }
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, count, datatype_of(t.dtype),
@@ -56,8 +61,9 @@ class MpiCommunicator final : public Communicator {
     check_reduce_scatter_args(in, out, size_);
     const int count = count_of(in, "reduce_scatter input") / size_;
     if (count == 0) return;
+    const CollectiveScope scope("reduce_scatter");
     if (runs_as_ordered_sum(op, in.dtype)) {
-      start_ordered_reduce_scatter(in, out, ordered_comm_, next_tag())->wait();
+      start_ordered_reduce_scatter(in, out, ordered_comm_, next_tag(), "reduce_scatter")->wait();
       return;
     }
     MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, count, datatype_of(in.dtype),
@@ -69,6 +75,7 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(out, "all_gather output") / size_;
     if (count == 0) return;
     const MPI_Datatype type = datatype_of(in.dtype);
+    const CollectiveScope scope("all_gather");
     MPI_CHECK(MPI_Allgather(gather_source(in, out), count, type, out.data, count, type, comm_));
   }
 
@@ -77,14 +84,19 @@ class MpiCommunicator final : public Communicator {
     check_host_tensor(t, "broadcast tensor");
     const int count = count_of(t, "broadcast tensor");
     if (count == 0) return;
+    const CollectiveScope scope("broadcast");
     MPI_CHECK(MPI_Bcast(t.data, count, datatype_of(t.dtype), root, comm_));
   }
 
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    const CollectiveScope scope("barrier");
+    MPI_CHECK(MPI_Barrier(comm_));
+  }
 
   void send(const Tensor& t, int peer) override {
     check_rank_arg(peer, size_, "send peer");
     check_host_tensor(t, "send tensor");
+    const CollectiveScope scope("send");
     MPI_CHECK(MPI_Send(t.data, count_of(t, "send tensor"), datatype_of(t.dtype), peer, kUserTag,
                        comm_));
   }
@@ -95,7 +107,10 @@ class MpiCommunicator final : public Communicator {
     const int expected = count_of(t, "recv tensor");
     const MPI_Datatype type = datatype_of(t.dtype);
     MPI_Status status;
-    MPI_CHECK(MPI_Recv(t.data, expected, type, peer, kUserTag, comm_, &status));
+    {
+      const CollectiveScope scope("recv");
+      MPI_CHECK(MPI_Recv(t.data, expected, type, peer, kUserTag, comm_, &status));
+    }
     int received = 0;
     MPI_CHECK(MPI_Get_count(&status, type, &received));
     ANVIL_CHECK(received == expected,
@@ -107,11 +122,11 @@ class MpiCommunicator final : public Communicator {
     const int count = check_all_reduce(t);
     if (count == 0) return make_completed_handle();
     if (runs_as_ordered_sum(op, t.dtype))
-      return start_ordered_all_reduce(t, ordered_comm_, next_tag());
+      return start_ordered_all_reduce(t, ordered_comm_, next_tag(), "all_reduce_async");
     MPI_Request request;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data, count, datatype_of(t.dtype),
                              op_for(op, t.dtype), comm_, &request));
-    return make_request_handle(request);
+    return make_request_handle(request, "all_reduce_async");
   }
 
   std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
@@ -120,11 +135,12 @@ class MpiCommunicator final : public Communicator {
     const int count = count_of(in, "reduce_scatter input") / size_;
     if (count == 0) return make_completed_handle();
     if (runs_as_ordered_sum(op, in.dtype))
-      return start_ordered_reduce_scatter(in, out, ordered_comm_, next_tag());
+      return start_ordered_reduce_scatter(in, out, ordered_comm_, next_tag(),
+                                          "reduce_scatter_async");
     MPI_Request request;
     MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, count, datatype_of(in.dtype),
                                         op_for(op, in.dtype), comm_, &request));
-    return make_request_handle(request);
+    return make_request_handle(request, "reduce_scatter_async");
   }
 
   std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override {
@@ -135,7 +151,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Request request;
     MPI_CHECK(MPI_Iallgather(gather_source(in, out), count, type, out.data, count, type, comm_,
                              &request));
-    return make_request_handle(request);
+    return make_request_handle(request, "all_gather_async");
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/reduce_kernels.h"
+#include "comm/watchdog.h"
 
 namespace anvil::mpi {
 namespace {
@@ -35,10 +36,11 @@ void wait_before_destruction(CommHandle& handle) {
 
 class RequestHandle final : public CommHandle {
  public:
-  explicit RequestHandle(MPI_Request request) : request_(request) {}
+  RequestHandle(MPI_Request request, const char* name) : request_(request), name_(name) {}
   ~RequestHandle() override { wait_before_destruction(*this); }
 
   void wait() override {
+    const CollectiveScope scope(name_);
     while (!test()) advance_pending_rounds();
   }
 
@@ -50,6 +52,7 @@ class RequestHandle final : public CommHandle {
 
  private:
   MPI_Request request_;  // MPI sets it to MPI_REQUEST_NULL once complete
+  const char* name_;
 };
 
 // A sequence of message rounds; each round's requests must all finish before the next round
@@ -59,6 +62,7 @@ class RoundsHandle : public CommHandle {
   ~RoundsHandle() override { std::erase(pending_rounds, this); }
 
   void wait() override {
+    const CollectiveScope scope(name_);
     while (!finished_) advance_pending_rounds();
   }
 
@@ -88,7 +92,8 @@ class RoundsHandle : public CommHandle {
     MPI_CHECK(MPI_Irecv(data, count, type_, peer, tag_, comm_, &requests_.back()));
   }
 
-  RoundsHandle(DType dtype, MPI_Comm comm, int tag) : dtype_(dtype), comm_(comm), tag_(tag) {
+  RoundsHandle(DType dtype, MPI_Comm comm, int tag, const char* name)
+      : dtype_(dtype), comm_(comm), tag_(tag), name_(name) {
     type_ = datatype_of(dtype);
     MPI_CHECK(MPI_Comm_rank(comm, &rank_));
     MPI_CHECK(MPI_Comm_size(comm, &size_));
@@ -99,6 +104,7 @@ class RoundsHandle : public CommHandle {
   MPI_Datatype type_;
   MPI_Comm comm_;
   int tag_;
+  const char* name_;
   int rank_ = 0;
   int size_ = 1;
   bool finished_ = false;
@@ -113,8 +119,8 @@ void advance_pending_rounds() {
 
 class OrderedAllReduce final : public RoundsHandle {
  public:
-  OrderedAllReduce(const Tensor& t, MPI_Comm comm, int tag)
-      : RoundsHandle(t.dtype, comm, tag), tensor_(t) {
+  OrderedAllReduce(const Tensor& t, MPI_Comm comm, int tag, const char* name)
+      : RoundsHandle(t.dtype, comm, tag, name), tensor_(t) {
     const int64_t total = t.numel();
     for (int r = 0; r <= size_; ++r) chunk_begin_.push_back(chunk_begin(total, size_, r));
     const int64_t mine = chunk_count(rank_);
@@ -169,8 +175,9 @@ class OrderedAllReduce final : public RoundsHandle {
 
 class OrderedReduceScatter final : public RoundsHandle {
  public:
-  OrderedReduceScatter(const Tensor& in, const Tensor& out, MPI_Comm comm, int tag)
-      : RoundsHandle(in.dtype, comm, tag), out_(out) {
+  OrderedReduceScatter(const Tensor& in, const Tensor& out, MPI_Comm comm, int tag,
+                       const char* name)
+      : RoundsHandle(in.dtype, comm, tag, name), out_(out) {
     const int count = static_cast<int>(out.numel());
     const size_t slice_bytes = out.nbytes();
     contributions_.resize(slice_bytes * static_cast<size_t>(size_));
@@ -200,17 +207,19 @@ class OrderedReduceScatter final : public RoundsHandle {
 
 }  // namespace
 
-std::unique_ptr<CommHandle> make_request_handle(MPI_Request request) {
-  return std::make_unique<RequestHandle>(request);
+std::unique_ptr<CommHandle> make_request_handle(MPI_Request request, const char* name) {
+  return std::make_unique<RequestHandle>(request, name);
 }
 
-std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag) {
-  return std::make_unique<OrderedAllReduce>(t, comm, tag);
+std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag,
+                                                     const char* name) {
+  return std::make_unique<OrderedAllReduce>(t, comm, tag, name);
 }
 
 std::unique_ptr<CommHandle> start_ordered_reduce_scatter(const Tensor& in, const Tensor& out,
-                                                         MPI_Comm comm, int tag) {
-  return std::make_unique<OrderedReduceScatter>(in, out, comm, tag);
+                                                         MPI_Comm comm, int tag,
+                                                         const char* name) {
+  return std::make_unique<OrderedReduceScatter>(in, out, comm, tag, name);
 }
 
 }  // namespace anvil::mpi

@@ -10,16 +10,20 @@
 
 namespace anvil::mpi {
 
-// Returns a handle that completes with `request` (already started).
-std::unique_ptr<CommHandle> make_request_handle(MPI_Request request);
+// Returns a handle that completes with `request` (already started). `name` (a string literal)
+// is what the collective watchdog reports while wait() blocks.
+std::unique_ptr<CommHandle> make_request_handle(MPI_Request request, const char* name);
 
 // Starts the deterministic all_reduce of `t` in place over `comm`: each rank receives every
 // rank's copy of one chunk, sums it in rank order, then sends the sum to every rank. `tag`
-// must be the same on every rank and unique among this communicator's pending operations.
-std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag);
+// must be the same on every rank and unique among this communicator's pending operations;
+// `name` as above.
+std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag,
+                                                     const char* name);
 // Starts the deterministic reduce_scatter: rank r receives every rank's slice r of `in` and
-// writes their rank-order sum into `out`. `tag` as above.
+// writes their rank-order sum into `out`. `tag` and `name` as above.
 std::unique_ptr<CommHandle> start_ordered_reduce_scatter(const Tensor& in, const Tensor& out,
-                                                         MPI_Comm comm, int tag);
+                                                         MPI_Comm comm, int tag,
+                                                         const char* name);
 
 }  // namespace anvil::mpi

@@ -14,6 +14,7 @@
 #include "comm/device_communicator.h"
 #include "comm/nccl/nccl_runtime.h"
 #include "comm/reduce_kernels.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 
 namespace anvil::nccl {
@@ -37,13 +38,14 @@ struct DeviceScratch {
 class NcclHandle final : public CommHandle {
  public:
   NcclHandle(cudaStream_t stream, int device, std::unique_ptr<DeviceScratch> scratch,
-             std::function<void()> finish)
-      : device_(device), scratch_(std::move(scratch)), finish_(std::move(finish)) {
+             std::function<void()> finish, const char* name)
+      : device_(device), name_(name), scratch_(std::move(scratch)), finish_(std::move(finish)) {
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventRecord(done_, stream));
   }
   ~NcclHandle() override {
     if (!finished_) {
+      const CollectiveScope scope(name_);
       cudaSetDevice(device_);
       cudaEventSynchronize(done_);
     }
@@ -52,6 +54,7 @@ class NcclHandle final : public CommHandle {
 
   void wait() override {
     if (finished_) return;
+    const CollectiveScope scope(name_);
     NCCL_CUDA_CHECK(cudaSetDevice(device_));
     NCCL_CUDA_CHECK(cudaEventSynchronize(done_));
     complete();
@@ -75,6 +78,7 @@ class NcclHandle final : public CommHandle {
   }
 
   int device_;
+  const char* name_;  // what the collective watchdog reports while wait() blocks
   cudaEvent_t done_ = nullptr;
   std::unique_ptr<DeviceScratch> scratch_;
   std::function<void()> finish_;
@@ -129,15 +133,24 @@ class NcclCommunicator final : public Communicator {
     ANVIL_CHECK(color >= 0, "[comm] split color must be >= 0, got {}", color);
     NCCL_CUDA_CHECK(cudaSetDevice(device_));
     ncclComm_t sub = nullptr;
-    NCCL_CHECK(ncclCommSplit(comm_, color, key, &sub, nullptr));
+    {
+      const CollectiveScope scope("split");
+      NCCL_CHECK(ncclCommSplit(comm_, color, key, &sub, nullptr));
+    }
     return std::make_unique<NcclCommunicator>(sub, device_, producer_);
   }
 
-  void all_reduce(const Tensor& t, ReduceOp op) override { all_reduce_async(t, op)->wait(); }
+  // The outer scope names the blocking call; the handle's own scope nests inside it.
+  void all_reduce(const Tensor& t, ReduceOp op) override {
+    const CollectiveScope scope("all_reduce");
+    all_reduce_async(t, op)->wait();
+  }
   void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
+    const CollectiveScope scope("reduce_scatter");
     reduce_scatter_async(in, out, op)->wait();
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
+    const CollectiveScope scope("all_gather");
     all_gather_async(in, out)->wait();
   }
 
@@ -147,14 +160,14 @@ class NcclCommunicator final : public Communicator {
     if (t.numel() == 0) return;
     begin();
     NCCL_CHECK(ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, comm_, stream_));
-    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize("broadcast");
   }
 
   void barrier() override {
     begin();
     NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_,
                              stream_));
-    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize("barrier");
   }
 
   void send(const Tensor& t, int peer) override {
@@ -163,7 +176,7 @@ class NcclCommunicator final : public Communicator {
     if (t.numel() == 0) return;
     begin();
     NCCL_CHECK(ncclSend(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
-    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize("send");
   }
 
   void recv(const Tensor& t, int peer) override {
@@ -172,7 +185,7 @@ class NcclCommunicator final : public Communicator {
     if (t.numel() == 0) return;
     begin();
     NCCL_CHECK(ncclRecv(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
-    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize("recv");
   }
 
   std::unique_ptr<CommHandle> all_reduce_async(const Tensor& t, ReduceOp op) override {
@@ -182,11 +195,11 @@ class NcclCommunicator final : public Communicator {
     if (runs_on_nccl(op, t.dtype)) {
       NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()),
                                datatype_of(t.dtype), ncclSum, comm_, stream_));
-      return handle(nullptr, {});
+      return handle(nullptr, {}, "all_reduce_async");
     }
     auto scratch = std::make_unique<DeviceScratch>(t.nbytes() * size_);
     NCCL_CHECK(ncclAllGather(t.data, scratch->data, t.nbytes(), ncclUint8, comm_, stream_));
-    return reduce_on_host_after(std::move(scratch), t, op);
+    return reduce_on_host_after(std::move(scratch), t, op, "all_reduce_async");
   }
 
   std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
@@ -204,7 +217,7 @@ class NcclCommunicator final : public Communicator {
     if (runs_on_nccl(op, in.dtype)) {
       NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()),
                                    datatype_of(in.dtype), ncclSum, comm_, stream_));
-      return handle(nullptr, {});
+      return handle(nullptr, {}, "reduce_scatter_async");
     }
     // Rank r collects every rank's slice r (an all-to-all), then reduces on the host.
     const size_t slice = out.nbytes();
@@ -217,7 +230,7 @@ class NcclCommunicator final : public Communicator {
                           peer, comm_, stream_));
     }
     NCCL_CHECK(ncclGroupEnd());
-    return reduce_on_host_after(std::move(scratch), out, op);
+    return reduce_on_host_after(std::move(scratch), out, op, "reduce_scatter_async");
   }
 
   std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override {
@@ -235,7 +248,7 @@ class NcclCommunicator final : public Communicator {
     begin();
     // NCCL's in-place form is exactly sendbuff == recvbuff + rank * count.
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
-    return handle(nullptr, {});
+    return handle(nullptr, {}, "all_gather_async");
   }
 
  private:
@@ -246,6 +259,12 @@ class NcclCommunicator final : public Communicator {
                 what, t.numel());
   }
 
+  // Blocks until the communicator's stream is idle, timed by the watchdog as `collective`.
+  void synchronize(const char* collective) {
+    const CollectiveScope scope(collective);
+    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
   // Selects the device and makes the communicator's stream wait for the producer's work.
   void begin() {
     NCCL_CUDA_CHECK(cudaSetDevice(device_));
@@ -254,14 +273,16 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<CommHandle> handle(std::unique_ptr<DeviceScratch> scratch,
-                                     std::function<void()> finish) {
-    return std::make_unique<NcclHandle>(stream_, device_, std::move(scratch), std::move(finish));
+                                     std::function<void()> finish, const char* name) {
+    return std::make_unique<NcclHandle>(stream_, device_, std::move(scratch), std::move(finish),
+                                        name);
   }
 
   // Returns a handle that, once `scratch` holds every rank's contribution (size rows of
   // result.numel() elements), reduces them in rank order on the host into `result`.
   std::unique_ptr<CommHandle> reduce_on_host_after(std::unique_ptr<DeviceScratch> scratch,
-                                                   const Tensor& result, ReduceOp op) {
+                                                   const Tensor& result, ReduceOp op,
+                                                   const char* name) {
     const void* rows_on_device = scratch->data;
     const int ranks = size_;
     const int device = device_;
@@ -274,7 +295,7 @@ class NcclCommunicator final : public Communicator {
       NCCL_CUDA_CHECK(
           cudaMemcpy(result.data, reduced.data(), reduced.size(), cudaMemcpyHostToDevice));
     };
-    return handle(std::move(scratch), std::move(finish));
+    return handle(std::move(scratch), std::move(finish), name);
   }
 
   ncclComm_t comm_ = nullptr;
@@ -317,7 +338,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
              __FILE__, __LINE__);
   std::memcpy(&id, message.data(), sizeof(id));
   ncclComm_t comm = nullptr;
-  NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  {
+    const CollectiveScope scope("ncclCommInitRank");
+    NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  }
   return std::make_unique<NcclCommunicator>(comm, device,
                                             static_cast<cudaStream_t>(producer_stream));
 }

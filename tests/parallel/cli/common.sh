@@ -12,6 +12,32 @@ TINY="--threads 1 --data.synthetic=true --model.dim=32 --model.n_layers=2 --mode
 --training.seq_len=16 --training.batch_size=2 --optimizer.schedule=constant \
 --optimizer.warmup_steps=0 --optimizer.grad_clip=0.5 --logging.every=1"
 
+# Under `set -e` a failing command would end the script without a word, and CTest counts a
+# test as failed only by its exit status or a "FAIL:" line; so every check goes through these.
+
+# Prints "FAIL: <what>" and the log file named (if any), then ends the script.
+fail() {
+  echo "FAIL: $1"
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then
+    echo "--- $2:"
+    cat "$2"
+  fi
+  exit 1
+}
+
+# expect <log> <basic regex> <what>: fails with the log unless a line of it matches.
+expect() {
+  grep -q -- "$2" "$1" || fail "$3 (no line matches '$2')" "$1"
+}
+
+# run_logged <log> <command...>: runs the command with its output in the log; fails with the
+# log when it exits non-zero.
+run_logged() {
+  log=$1
+  shift
+  "$@" > "$log" 2>&1 || fail "exit status $? from: $*" "$log"
+}
+
 # Prints a run's metrics.jsonl without tokens_per_s and elapsed_s.
 deterministic_metrics() {
   sed -E 's/,"(tokens_per_s|elapsed_s)":[-0-9.eE+]+//g' "$1/metrics.jsonl"
