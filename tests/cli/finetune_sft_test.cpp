@@ -18,10 +18,13 @@
 #include <iterator>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "data/chat_template.h"
 #include "io/safetensors_collection.h"
+#include "tokenizer/tokenizer.h"
 #include "train_test_support.h"
 
 namespace anvil {
@@ -37,6 +40,8 @@ constexpr int kLength = 6;  // letters per prompt
 constexpr int kHeldOut = 40;
 // Settings every fine-tune of this file shares: one example per 40-token window (padding, no
 // packing), so document masks have nothing to separate and are left off (the faster path).
+// Every command runs on one thread: CTest runs two tests at once on two cores, and a tiny
+// model's short parallel regions wait whole scheduler slices for a preempted second thread.
 constexpr const char* kWindowArgs =
     "--training.seq_len=40 --packing false --training.doc_mask=false "
     "--training.batch_size=16 --logging.every=1000";
@@ -93,9 +98,10 @@ void write_text(const fs::path& path, const std::string& text) { std::ofstream(p
 
 void expect_ok(const CommandResult& result) { ASSERT_EQ(result.exit_code, 0) << result.output; }
 
-// Runs `anvil <args>` with stderr discarded; returns the exit code and stdout.
-CommandResult run_anvil_stdout(const std::string& args) {
-  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>/dev/null";
+// Runs `anvil <args>` with stderr sent to `stderr_path`; returns the exit code and stdout.
+CommandResult run_anvil_stdout(const std::string& args,
+                               const std::string& stderr_path = "/dev/null") {
+  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>" + stderr_path;
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return result;
@@ -133,7 +139,7 @@ class FinetuneSftTest : public ::testing::Test {
                         " --vocab-size 257 --out " + (root / "tokenizer.json").string()));
     // A random-init model (one step on synthetic tokens) exported as a Hugging Face folder.
     expect_ok(run_anvil("train --run-dir " + (root / "init").string() +
-                        " --threads 2 --data.synthetic=true --model.dim=64 --model.n_layers=2 "
+                        " --threads 1 --data.synthetic=true --model.dim=64 --model.n_layers=2 "
                         "--model.n_heads=4 --model.n_kv_heads=2 --model.ffn_dim=128 "
                         "--model.vocab_size=257 --model.max_seq_len=128 --training.steps=1 "
                         "--training.seq_len=16 --training.batch_size=1 --training.eval_steps=0"));
@@ -154,7 +160,8 @@ class FinetuneSftTest : public ::testing::Test {
       expect_ok(run_anvil(
           "finetune --full --model " + (root / "base").string() + " --data " +
           (root / "next.jsonl").string() + " --run-dir " + run.string() + " " + kWindowArgs +
-          " --threads 2 --optimizer.lr=3e-3 --training.steps=" + std::to_string(kFullSteps)));
+          " --threads 1 --training.batch_size=64 --optimizer.lr=3e-3 --training.steps=" +
+          std::to_string(kFullSteps)));
     }
     return run / "hf";
   }
@@ -167,20 +174,22 @@ class FinetuneSftTest : public ::testing::Test {
           run_anvil("finetune --model " + next_model().string() + " --data " +
                     (root / "prev.jsonl").string() + " --run-dir " + run.string() + " " +
                     kWindowArgs +
-                    " --threads 2 --training.seq_len=80 --optimizer.lr=1e-2 --training.steps=300 "
+                    " --threads 1 --training.seq_len=80 --optimizer.lr=1e-2 --training.steps=200 "
                     "--lora.targets=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
               .output;
     }
     return run;
   }
 
-  // Multi-turn chat over piped stdin: answers with the history in context, and the history
-  // grows until it outgrows the context.
+  // Multi-turn chat over piped stdin: the history grows until it outgrows the context.
   static void check_chat_keeps_history(const fs::path& run);
   // PEFT and merged exports, and the run directory as a model source, answer alike.
   static void check_exports_answer_alike(const fs::path& run);
 
-  static constexpr int kFullSteps = 1500;
+  // Batches of 64 learn the task by step 400-500 for every seed tried and on every kernel
+  // table (the loss plateaus near 2.1 until attention finds the aligned prompt letter, then
+  // falls); batches of 16 left that plateau anywhere between steps 150 and 600.
+  static constexpr int kFullSteps = 600;
   static inline fs::path root;
   static inline std::vector<Example> next_held, next_train, prev_held, prev_train;
   static inline std::string last_lora_output;
@@ -193,57 +202,71 @@ TEST_F(FinetuneSftTest, HeldOutPromptsAreNotInTraining) {
   EXPECT_EQ(seen.size(), next_train.size());
 }
 
-TEST_F(FinetuneSftTest, FullFineTuneReachesNinetyPercentOnHeldOutPrompts) {
+// One test trains both models and checks everything that uses them (each test of this file
+// runs in a process of its own under CTest, so every extra test would train them again).
+// Accuracy thresholds are 90% of the held-out prompts: a learned task clears them whatever
+// the CPU's rounding, a task not learned stays near zero.
+TEST_F(FinetuneSftTest, FullAndLoraFineTunesLearnTheirTasksAndTheAdapterChatsAndExports) {
   const fs::path model = next_model();
   for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
     EXPECT_TRUE(fs::exists(model / name)) << name;
   }
-  const int correct = held_out_correct("--model " + model.string(), next_held, root);
-  std::printf("full fine-tune: %d of %d held-out prompts right\n", correct, kHeldOut);
-  EXPECT_GE(correct, 36) << correct << " of " << kHeldOut;  // threshold: 90%
-}
+  const int full = held_out_correct("--model " + model.string(), next_held, root);
+  std::printf("full fine-tune: %d of %d held-out prompts right\n", full, kHeldOut);
+  EXPECT_GE(full, 36) << full << " of " << kHeldOut;
 
-// One test trains the adapter and checks everything that uses it (each test of this file runs
-// in a process of its own under CTest, so every extra test would train the models again).
-TEST_F(FinetuneSftTest, LoraLearnsANewTaskAndItsAdapterChatsAndExports) {
   const fs::path run = prev_run();
   ASSERT_TRUE(fs::exists(run / "adapter" / "adapter_model.safetensors")) << last_lora_output;
   EXPECT_NE(last_lora_output.find("memory: base weights"), std::string::npos) << last_lora_output;
   EXPECT_NE(last_lora_output.find("LoRA parameters"), std::string::npos) << last_lora_output;
   const std::string model_args =
-      "--model " + next_model().string() + " --adapter " + (run / "adapter").string();
-  const int correct = held_out_correct(model_args, prev_held, root);
-  std::printf("LoRA: %d of %d held-out prompts right\n", correct, kHeldOut);
-  EXPECT_GE(correct, 36) << correct << " of " << kHeldOut;  // threshold: 90%
-  // Without the adapter the model still answers the first task, not this one.
-  const int without = held_out_correct("--model " + next_model().string(), prev_held, root);
-  std::printf("the base without the adapter: %d of %d\n", without, kHeldOut);
-  EXPECT_LE(without, 4);
+      "--model " + model.string() + " --adapter " + (run / "adapter").string();
+  const int lora = held_out_correct(model_args, prev_held, root);
+  std::printf("LoRA: %d of %d held-out prompts right\n", lora, kHeldOut);
+  EXPECT_GE(lora, 36) << lora << " of " << kHeldOut;
+  // Without the adapter the model still answers the first task, never this one.
+  const std::vector<Example> some(prev_held.begin(), prev_held.begin() + 10);
+  const int without = held_out_correct("--model " + model.string(), some, root);
+  std::printf("the base without the adapter: %d of %zu\n", without, some.size());
+  EXPECT_LE(without, 1);
   check_chat_keeps_history(run);
   check_exports_answer_alike(run);
 }
 
 void FinetuneSftTest::check_chat_keeps_history(const fs::path& run) {
   SCOPED_TRACE("chat");
-  write_text(root / "two_turns.txt", prev_held[0].prompt + "\n\n" + prev_held[1].prompt + "\n");
-  const CommandResult result = run_anvil_stdout(
+  constexpr int kTurns = 8;
+  std::string turns;
+  for (int i = 0; i < kTurns; ++i) turns += prev_held[static_cast<size_t>(i)].prompt + "\n";
+  write_text(root / "turns.txt", turns);
+  const fs::path errors = root / "chat_errors.txt";
+  const CommandResult session = run_anvil_stdout(
       "generate --model " + next_model().string() + " --adapter " + (run / "adapter").string() +
-      " --chat --greedy --max-new-tokens 8 --threads 1 < " + (root / "two_turns.txt").string());
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_EQ(result.output, " " + prev_held[0].answer + "\n " + prev_held[1].answer + "\n");
-  // The history grows with every exchange (about 35 tokens each): the fourth user turn no
-  // longer fits the 128-token context, which a session that forgot its history would not see.
-  std::string four_turns;
-  for (int i = 0; i < 4; ++i) four_turns += prev_held[static_cast<size_t>(i)].prompt + "\n";
-  write_text(root / "four_turns.txt", four_turns);
-  const CommandResult long_session = run_anvil(
-      "generate --model " + next_model().string() + " --adapter " + (run / "adapter").string() +
-      " --chat --greedy --max-new-tokens 8 --threads 1 < " + (root / "four_turns.txt").string());
-  EXPECT_EQ(long_session.exit_code, 1) << long_session.output;
-  EXPECT_NE(long_session.output.find("past the 128-token context"), std::string::npos)
-      << long_session.output;
-  EXPECT_NE(long_session.output.find(" " + prev_held[2].answer + "\n"), std::string::npos)
-      << long_session.output;
+      " --chat --greedy --max-new-tokens 8 --threads 1 < " + (root / "turns.txt").string(),
+      errors.string());
+  std::ifstream error_file(errors);
+  const std::string error_text(std::istreambuf_iterator<char>(error_file), {});
+  EXPECT_EQ(session.exit_code, 1) << error_text;
+
+  // The printed replies, one line each, and the conversation the next turn would render.
+  std::vector<ChatMessage> history;
+  std::istringstream printed(session.output);
+  size_t turn = 0;
+  for (std::string reply; std::getline(printed, reply); ++turn) {
+    ASSERT_LT(turn, static_cast<size_t>(kTurns)) << session.output;
+    history.push_back({"user", prev_held[turn].prompt});
+    history.push_back({"assistant", reply});
+  }
+  ASSERT_GE(turn, 1u) << "no reply before the context ran out: " << error_text;
+  ASSERT_LT(turn, static_cast<size_t>(kTurns)) << error_text;
+  history.push_back({"user", prev_held[turn].prompt});
+  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load((root / "tokenizer.json").string());
+  const size_t tokens = render_chat(ChatTemplate::plain, *tokenizer, history, true).tokens.size();
+  EXPECT_NE(error_text.find("grown to " + std::to_string(tokens) +
+                            " tokens, past the 128-token context"),
+            std::string::npos)
+      << "expected " << tokens << " tokens after " << turn << " replies: " << error_text;
+  std::printf("chat: %zu replies before the context ran out at %zu tokens\n", turn, tokens);
 }
 
 void FinetuneSftTest::check_exports_answer_alike(const fs::path& run) {
