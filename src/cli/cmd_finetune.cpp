@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "cli/command.h"
 #include "comm/communicator.h"
@@ -95,6 +96,10 @@ int run_finetune(const std::vector<std::string>& raw_args) {
   }
   request.model_dir = model_dir;
   request.run_dir = run_dir_arg;
+  // Held until the command returns (data preparation and the final export write into the run
+  // directory too); a second run on the same directory stops here.
+  std::optional<RunDirLock> lock;
+  if (root) lock.emplace(request.run_dir);
 
   TrainRunOptions options;
   options.config = resolve_finetune_config(request, world);

@@ -96,6 +96,9 @@ int run_train(const std::vector<std::string>& raw_args) {
     broadcast_string(world, run_dir_arg, 0);
   }
   const std::filesystem::path run_dir(run_dir_arg);
+  // Held until the command returns; a second run on the same directory stops here.
+  std::optional<RunDirLock> lock;
+  if (root) lock.emplace(run_dir);
   TrainRunOptions options;
   options.config = resolve_config(config_path, run_dir, resume, overrides);
   options.run_dir = run_dir;

@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "comm/communicator.h"
+#include "core/divergence_error.h"
 #include "core/error.h"
 
 namespace {
@@ -54,7 +55,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     fmt::print(stderr, "anvil: error: {}\n", e.what());
     // Under MPI a plain return would block in MPI_Finalize while peers wait in a collective.
-    anvil::abort_world(1);
+    // A diverged run gets its own status: `anvil launch` does not restart it.
+    const bool diverged = dynamic_cast<const anvil::DivergenceError*>(&e) != nullptr;
+    anvil::abort_world(diverged ? anvil::kExitDiverged : 1);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "anvil: internal error: {}\n", e.what());

@@ -244,6 +244,15 @@ LoadedCheckpoint CheckpointManager::commit(int64_t step, const json& info) {
   return committed;
 }
 
+void CheckpointManager::abandon(int64_t step) const {
+  std::error_code error;
+  for (const fs::path& dir : {staging_dir(step), committed_dir(step)}) {
+    if (!fs::exists(dir, error) || fs::exists(dir / kCommitName, error)) continue;
+    fs::remove_all(dir, error);
+    if (error) log_warn("[checkpoint] cannot remove {}: {}", dir.string(), error.message());
+  }
+}
+
 std::vector<int64_t> CheckpointManager::committed_steps() const {
   std::vector<int64_t> steps;
   std::error_code error;

@@ -52,6 +52,10 @@ class CheckpointManager {
   // Hashes and fsyncs every staged file, writes the manifest, moves the folder into place,
   // writes COMMIT, then removes checkpoints beyond `keep` and older crash leftovers.
   LoadedCheckpoint commit(int64_t step, const nlohmann::json& info);
+  // Removes what a failed save of `step` left: its staging folder, and its folder when that
+  // was moved into place but never got COMMIT. Never touches a committed checkpoint; problems
+  // are warnings (this runs while another error is being reported).
+  void abandon(int64_t step) const;
   // Returns the steps that have a COMMIT marker, ascending (their files are not verified).
   std::vector<int64_t> committed_steps() const;
   // Returns the newest committed checkpoint whose files match its manifest, warning about each

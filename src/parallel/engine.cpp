@@ -236,7 +236,12 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
 
   report.grad_norm = global_grad_norm();
   report.clip_scale = clip_coefficient(report.grad_norm, options_.grad_clip);
-  if (!std::isfinite(report.grad_norm) || !std::isfinite(report.loss.sum)) return report;
+  // Both values are global (all-gathered, summed in one order), so every rank takes the
+  // same branch and no collective below is left unmatched.
+  if (!std::isfinite(report.grad_norm) || !std::isfinite(report.loss.sum)) {
+    report.applied = false;
+    return report;
+  }
   weight_slots_.wait_all();  // no gather may still read the shards the step rewrites
   optimizer_->step(lr, report.clip_scale);
   publish_weights();

@@ -46,6 +46,9 @@ struct StepReport {
   LossSum loss;          // over the whole global batch
   double grad_norm = 0;  // before clipping
   double clip_scale = 1;
+  // False when the loss or the gradient norm was not finite: the step then changed no weight
+  // and no optimizer state (its step count included). Every rank sees the same value.
+  bool applied = true;
 };
 
 // Bytes this rank holds, by kind.
@@ -74,7 +77,9 @@ class DataParallelEngine final : private GroupHooks {
   void init_weights(uint64_t seed);
 
   // Runs one optimizer step on this rank's micro-batches (micro-step order) at learning rate
-  // `lr`; every rank passes the same number. Collective.
+  // `lr`; every rank passes the same number. Collective. The global loss and gradient norm are
+  // checked before the update: a non-finite one skips the update (report.applied = false) on
+  // every rank alike, so no NaN or Inf ever reaches the weights or the AdamW moments.
   StepReport train_step(std::span<const Batch> micro_batches, double lr);
 
   // Returns the loss over batches 0..count-1, batch i run by data rank i % world and the

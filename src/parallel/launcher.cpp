@@ -19,6 +19,7 @@
 #include <cstring>
 #include <regex>
 
+#include "core/divergence_error.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -351,6 +352,14 @@ int run_launch(const LaunchOptions& options) {
       log_launch(fmt::format("rank {} failed: {}", run.failure()->rank, run.failure()->reason));
     } else {
       log_launch(fmt::format("mpirun {} without naming a failed rank", describe_status(status)));
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) {
+      log_launch(fmt::format("not restarting: training diverged (exit status {}), and resumed "
+                             "from the same checkpoint with the same settings it would diverge "
+                             "again; change them (optimizer.lr, optimizer.grad_clip, "
+                             "training.skip_nonfinite) and launch again",
+                             kExitDiverged));
+      return kExitDiverged;
     }
     if (attempt >= options.max_restarts) {
       log_launch(fmt::format("giving up: {} restart{} allowed (--max-restarts)",

@@ -5,7 +5,8 @@
 // until the restart budget is spent. SIGINT/SIGTERM to the launcher become one SIGUSR1 to
 // mpirun, which forwards it to every rank (the trainer stops on it like on SIGTERM: finish the
 // step, checkpoint, exit); after `stop_timeout_s` the job is ended, and a second signal kills
-// it at once. mpirun runs in its own process group so a terminal's Ctrl-C reaches it only
+// it at once. A job that ends with status kExitDiverged (core/divergence_error.h: training diverged) is
+// not restarted, since it would only diverge again; the launcher exits with that status. mpirun runs in its own process group so a terminal's Ctrl-C reaches it only
 // through the launcher.
 #pragma once
 
@@ -55,8 +56,9 @@ std::optional<RankFailure> parse_mpirun_failure(std::string_view line, int& pend
 // Returns the step number of a trainer progress line ("step  7/20 | loss ..."), or -1.
 long progress_step(std::string_view line);
 
-// Runs the job until it succeeds, is stopped by a signal, or fails with no restart left;
-// returns the launcher's exit status (0 on success or a clean stop).
+// Runs the job until it succeeds, is stopped by a signal, diverges, or fails with no restart
+// left; returns the launcher's exit status (0 on success or a clean stop, kExitDiverged when
+// training diverged, else 1).
 int run_launch(const LaunchOptions& options);
 
 }  // namespace anvil

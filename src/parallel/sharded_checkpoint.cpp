@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <array>
 #include <string>
 #include <vector>
 
+#include "core/divergence_error.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -70,6 +72,21 @@ void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
     engine.gather_weights(g, groups[static_cast<size_t>(g)].data());
   }
   if (!writer) return;
+  // The engine never applies a step with a non-finite gradient, but a finite gradient at an
+  // absurd learning rate can still overflow the weights; such weights are not worth keeping.
+  for (int g = 0; g < layout.group_count(); ++g) {
+    const std::vector<float>& values = groups[static_cast<size_t>(g)];
+    const auto bad = std::find_if(values.begin(), values.end(),
+                                  [](float v) { return !std::isfinite(v); });
+    if (bad != values.end()) {
+      throw DivergenceError(
+          fmt::format("[checkpoint] training diverged: parameter group {} holds a non-finite "
+                      "weight ({}); not writing it to a checkpoint (lower optimizer.lr or set "
+                      "optimizer.grad_clip)",
+                      g, *bad),
+          __FILE__, __LINE__);
+    }
+  }
   SafetensorsWriter file;
   file.set_metadata("format", "pt");
   for (const ParameterInfo& p : layout.params()) {

@@ -33,6 +33,40 @@ T json_field(const nlohmann::json& json, const char* name, const std::string& fi
   }
 }
 
+// How one phase of a save went, agreed by every rank.
+struct PhaseOutcome {
+  bool failed = false;
+  bool diverged = false;  // the failure was a DivergenceError (non-finite weights)
+  std::string reason;     // the lowest failing rank's message
+};
+
+// Runs `phase` on this rank, then agrees with every rank whether all succeeded; on failure
+// every rank gets the lowest failing rank's message. The all-reduce doubles as the barrier
+// between phases. Any exception counts: a rank must never leave its peers in a collective.
+template <typename Phase>
+PhaseOutcome agreed_phase(Communicator& world, Phase&& phase) {
+  std::string reason;
+  int32_t diverged = 0;
+  try {
+    phase();
+  } catch (const DivergenceError& e) {
+    reason = e.what();
+    diverged = 1;
+  } catch (const std::exception& e) {
+    reason = e.what()[0] != '\0' ? e.what() : "unknown error";
+  }
+  // max over (size - rank) picks the lowest failing rank; 0: nobody failed.
+  int32_t flags[2] = {reason.empty() ? 0 : world.size() - world.rank(), diverged};
+  world.all_reduce(Tensor(flags, DType::i32, Shape{2}), ReduceOp::max);
+  PhaseOutcome outcome;
+  if (flags[0] == 0) return outcome;
+  outcome.failed = true;
+  outcome.diverged = flags[1] != 0;
+  outcome.reason = reason;
+  broadcast_string(world, outcome.reason, world.size() - flags[0]);
+  return outcome;
+}
+
 }  // namespace
 
 std::filesystem::path CheckpointStore::save(DataParallelEngine& engine,
@@ -40,8 +74,40 @@ std::filesystem::path CheckpointStore::save(DataParallelEngine& engine,
                                             const TrainConfig& config) {
   Communicator& world = engine.mesh().world();
   const bool root = world.rank() == 0;
-  if (root) manager_.prepare(progress.step);
-  world.barrier();
+  PhaseOutcome outcome = agreed_phase(world, [&] {
+    if (root) manager_.prepare(progress.step);
+  });
+  if (!outcome.failed) {
+    outcome = agreed_phase(world, [&] { write_files(engine, progress, config); });
+  }
+  if (!outcome.failed) {
+    outcome = agreed_phase(world, [&] {
+      if (root) manager_.commit(progress.step, {{"tokens_seen", progress.tokens_seen}});
+    });
+  }
+  if (!outcome.failed) return manager_.committed_dir(progress.step);
+
+  // Rank 0 removes what the save left and says what the run still has; every rank throws
+  // the same message.
+  std::string message;
+  if (root) {
+    manager_.abandon(progress.step);
+    const std::vector<int64_t> committed = manager_.committed_steps();
+    message = fmt::format("[checkpoint] cannot save step {}: {}; its partial files were removed "
+                          "and {}", progress.step, outcome.reason,
+                          committed.empty()
+                              ? std::string("the run has no committed checkpoint yet")
+                              : CheckpointManager::step_dir_name(committed.back()) +
+                                    " is still the newest checkpoint");
+  }
+  broadcast_string(world, message, 0);
+  if (outcome.diverged) throw DivergenceError(message, __FILE__, __LINE__);
+  throw CheckpointSaveError(message, __FILE__, __LINE__);
+}
+
+void CheckpointStore::write_files(DataParallelEngine& engine, const TrainProgress& progress,
+                                  const TrainConfig& config) {
+  const bool root = engine.mesh().world().rank() == 0;
   const std::filesystem::path staging = manager_.staging_dir(progress.step);
   const bool lora = engine.model().lora_enabled();
   if (lora) {
@@ -61,6 +127,8 @@ std::filesystem::path CheckpointStore::save(DataParallelEngine& engine,
     const nlohmann::json state = {{"step", progress.step},
                                   {"optimizer_step", engine.optimizer_steps()},
                                   {"scheduler_step", progress.step},
+                                  {"skipped_steps", progress.skipped_steps},
+                                  {"consecutive_skipped_steps", progress.consecutive_skipped},
                                   {"tokens_seen", progress.tokens_seen},
                                   {"train_seconds", progress.train_seconds},
                                   {"data_cursor", progress.cursor.to_json()},
@@ -79,11 +147,6 @@ std::filesystem::path CheckpointStore::save(DataParallelEngine& engine,
                            "float32");
     }
   }
-  // Every rank's files are complete and fsynced before rank 0 writes COMMIT.
-  world.barrier();
-  if (root) manager_.commit(progress.step, {{"tokens_seen", progress.tokens_seen}});
-  world.barrier();
-  return manager_.committed_dir(progress.step);
 }
 
 std::optional<std::filesystem::path> CheckpointStore::latest_valid() const {
@@ -130,11 +193,19 @@ TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngi
   progress.train_seconds = json_field<double>(state, "train_seconds", state_path);
   progress.cursor =
       DataCursor::from_json(json_field<nlohmann::json>(state, "data_cursor", state_path));
+  // Written since training.skip_nonfinite exists; older checkpoints skipped nothing.
+  if (state.contains("skipped_steps")) {
+    progress.skipped_steps = json_field<int64_t>(state, "skipped_steps", state_path);
+    progress.consecutive_skipped =
+        json_field<int64_t>(state, "consecutive_skipped_steps", state_path);
+  }
   const auto optimizer_step = json_field<int64_t>(state, "optimizer_step", state_path);
-  ANVIL_CHECK(optimizer_step == progress.step && engine.optimizer_steps() == progress.step,
+  const int64_t applied = progress.step - progress.skipped_steps;
+  ANVIL_CHECK(optimizer_step == applied && engine.optimizer_steps() == applied,
               "[checkpoint] {}: optimizer step {} (optimizer files: {}) differs from training "
-              "step {}",
-              state_path, optimizer_step, engine.optimizer_steps(), progress.step);
+              "step {} less {} skipped steps",
+              state_path, optimizer_step, engine.optimizer_steps(), progress.step,
+              progress.skipped_steps);
   return progress;
 }
 

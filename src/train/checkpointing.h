@@ -4,8 +4,8 @@
 //   optimizer*.safetensors AdamW moments, "adamw.m.<g>" / "adamw.v.<g>" per parameter group:
 //                          optimizer.safetensors with one fsdp shard, else one file per shard
 //                          written by its owner (parallel/sharded_checkpoint.h)
-//   train_state.json       step, optimizer and scheduler step, data cursor, tokens seen,
-//                          the RNG seed, training seconds, the mesh that wrote it
+//   train_state.json       step, optimizer and scheduler step, skipped steps, data cursor,
+//                          tokens seen, the RNG seed, training seconds, the mesh that wrote it
 //   config.toml            the resolved configuration the run was using
 //   config.json            the Hugging Face config, so the folder loads as an HF model
 // A LoRA run's checkpoint holds the adapters instead of model.safetensors and config.json:
@@ -15,6 +15,10 @@
 // Everything the next step depends on is in these files, which is what makes resume exact;
 // any mesh can load a checkpoint that any other mesh wrote. Saving and selecting are
 // collective over the world: rank 0 prepares, verifies and commits, every rank writes its part.
+// A save that fails anywhere (disk full, a failed fsync or close) fails on every rank alike:
+// after each phase the ranks agree on a success flag, so none waits for a peer that gave up
+// and none commits, and the staging folder is removed; the previous checkpoints stay as
+// they were.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,8 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "core/divergence_error.h"
+#include "core/error.h"
 #include "data/cursor.h"
 #include "io/checkpoint.h"
 #include "parallel/engine.h"
@@ -32,10 +38,22 @@ namespace anvil {
 
 // The loop's position; saved with every checkpoint.
 struct TrainProgress {
-  int64_t step = 0;          // optimizer steps completed (= the scheduler's step)
+  int64_t step = 0;          // training steps completed (= the scheduler's step)
   int64_t tokens_seen = 0;   // input tokens processed by those steps
+  // Steps skipped for a non-finite loss or gradient norm (training.skip_nonfinite): they
+  // count in `step` and moved the data cursor, but not AdamW, whose step count is
+  // step - skipped_steps. `consecutive_skipped` is the current run of them.
+  int64_t skipped_steps = 0;
+  int64_t consecutive_skipped = 0;
   DataCursor cursor;         // next_sample = first sample of the next global batch
   double train_seconds = 0;  // wall time spent in steps (informational; not replayed)
+};
+
+// A checkpoint could not be written; every rank throws it with the same message, and the
+// previous checkpoints are intact.
+class CheckpointSaveError : public Error {
+ public:
+  using Error::Error;
 };
 
 // The run's checkpoints: writes the files above and commits them through CheckpointManager.
@@ -47,7 +65,9 @@ class CheckpointStore {
 
   // Writes and commits the checkpoint of progress.step; returns its folder. Collective: rank
   // 0 prepares the staging folder, every rank writes (and fsyncs) its files, and rank 0
-  // commits once all have, so COMMIT never names a folder with a missing shard.
+  // commits once all have, so COMMIT never names a folder with a missing shard. Throws
+  // CheckpointSaveError (DivergenceError for non-finite weights) on every rank when any rank
+  // failed, naming the file and the system's reason, after removing the partial files.
   std::filesystem::path save(DataParallelEngine& engine, const TrainProgress& progress,
                              const TrainConfig& config);
   // Returns the newest committed checkpoint whose files verify (falling back past corrupt
@@ -55,6 +75,10 @@ class CheckpointStore {
   std::optional<std::filesystem::path> latest_valid() const;
 
  private:
+  // Writes this rank's files of the checkpoint into its staging folder.
+  void write_files(DataParallelEngine& engine, const TrainProgress& progress,
+                   const TrainConfig& config);
+
   CheckpointManager manager_;
 };
 

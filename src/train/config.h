@@ -52,6 +52,11 @@ struct TrainingConfigSection {
   int64_t seed = 1337;
   int64_t eval_every = 100;  // 0: evaluate only at the end
   int64_t eval_steps = 20;   // batches per evaluation
+  // A step whose loss or gradient norm is not finite: false stops the run (exit status
+  // kExitDiverged); true skips the step (no update) and stops only after max_skipped_steps
+  // consecutive skipped steps.
+  bool skip_nonfinite = false;
+  int64_t max_skipped_steps = 5;
 };
 
 struct OptimizerConfigSection {
@@ -82,6 +87,9 @@ struct ParallelConfigSection {
 struct CheckpointConfigSection {
   int64_t every = 200;  // 0: only at the end (and on SIGINT/SIGTERM)
   int64_t keep = 3;
+  // A checkpoint that cannot be written (disk full, ...): "stop" ends the run with the error,
+  // "continue" warns and tries again at the next checkpoint step.
+  std::string on_error = "stop";
 };
 
 struct LoraConfigSection {

@@ -58,6 +58,7 @@ void validate_training(const TrainConfig& config) {
   check_non_negative(training.seed, "training.seed");
   check_non_negative(training.eval_every, "training.eval_every");
   check_non_negative(training.eval_steps, "training.eval_steps");
+  check_positive(training.max_skipped_steps, "training.max_skipped_steps");
   ANVIL_CHECK(training.seq_len <= config.model.max_seq_len,
               "[config] training.seq_len ({}) exceeds model.max_seq_len ({})", training.seq_len,
               config.model.max_seq_len);
@@ -103,6 +104,9 @@ void validate_rest(const TrainConfig& config) {
               config.parallel.collective_timeout_s);
   check_non_negative(config.checkpoint.every, "checkpoint.every");
   check_positive(config.checkpoint.keep, "checkpoint.keep");
+  ANVIL_CHECK(config.checkpoint.on_error == "stop" || config.checkpoint.on_error == "continue",
+              "[config] checkpoint.on_error must be stop or continue, got '{}'",
+              config.checkpoint.on_error);
   check_non_negative(config.lora.r, "lora.r");
   ANVIL_CHECK(config.lora.init_from.empty() || config.lora.r > 0,
               "[config] lora.init_from = {} continues a LoRA adapter, but lora.r = 0 trains no "

@@ -2,8 +2,14 @@
 // library so the field order and the number text are fixed (see metrics.h).
 #include "train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -11,18 +17,27 @@
 #include "io/file_util.h"
 
 namespace anvil {
+namespace {
+
+// JSON has no NaN or Infinity.
+std::string json_number(double value) {
+  return std::isfinite(value) ? fmt::format("{}", value) : std::string("null");
+}
+
+}  // namespace
 
 std::string format_metrics_line(const TrainStepRecord& r) {
   return fmt::format(
       "{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},"
-      "\"tokens_per_s\":{:.1f},\"elapsed_s\":{:.3f}}}",
-      r.step, r.loss, r.lr, r.grad_norm, r.tokens, r.tokens_per_s, r.elapsed_s);
+      "\"skipped_steps\":{},\"tokens_per_s\":{:.1f},\"elapsed_s\":{:.3f}}}",
+      r.step, json_number(r.loss), json_number(r.lr), json_number(r.grad_norm), r.tokens,
+      r.skipped_steps, std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0, r.elapsed_s);
 }
 
 std::string format_metrics_line(const EvalRecord& r) {
   return fmt::format(
       "{{\"type\":\"eval\",\"step\":{},\"loss\":{},\"ppl\":{},\"tokens\":{},\"elapsed_s\":{:.3f}}}",
-      r.step, r.loss, r.perplexity, r.tokens, r.elapsed_s);
+      r.step, json_number(r.loss), json_number(r.perplexity), r.tokens, r.elapsed_s);
 }
 
 MetricsWriter::MetricsWriter(std::filesystem::path path, int64_t keep_through_step)
@@ -38,12 +53,16 @@ MetricsWriter::MetricsWriter(std::filesystem::path path, int64_t keep_through_st
     }
   }
   write_file_atomic(path_, kept);
-  file_ = std::fopen(path_.c_str(), "ab");
-  ANVIL_CHECK(file_ != nullptr, "[metrics] cannot open {} for appending", path_.string());
+  size_ = kept.size();
+  do {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  } while (fd_ < 0 && errno == EINTR);
+  ANVIL_CHECK(fd_ >= 0, "[metrics] cannot open {} for appending: {}", path_.string(),
+              std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsWriter::write(const TrainStepRecord& record) {
@@ -53,9 +72,23 @@ void MetricsWriter::write(const TrainStepRecord& record) {
 void MetricsWriter::write(const EvalRecord& record) { append_line(format_metrics_line(record)); }
 
 void MetricsWriter::append_line(const std::string& line) {
-  const bool ok = std::fputs(line.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF &&
-                  std::fflush(file_) == 0;
-  ANVIL_CHECK(ok, "[metrics] cannot write to {}", path_.string());
+  const std::string text = line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string reason = n < 0 ? std::strerror(errno) : std::string("no progress");
+      // A torn line would make the file invalid JSON Lines; drop it.
+      if (done > 0 && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+        ANVIL_FAIL("[metrics] cannot write {}: {} (and cannot cut the torn line off: {})",
+                   path_.string(), reason, std::strerror(errno));
+      }
+      ANVIL_FAIL("[metrics] cannot write {}: {}", path_.string(), reason);
+    }
+    done += static_cast<size_t>(n);
+  }
+  size_ += text.size();
 }
 
 }  // namespace anvil

@@ -4,10 +4,11 @@
 // the same bytes; the wall-clock fields (tokens_per_s, elapsed_s) always come last, and a
 // resume test compares lines after removing exactly those fields. On resume the file is cut
 // back to the records of steps up to the checkpoint, so it reads as one uninterrupted run.
+// A non-finite value (the loss of a skipped step) is written as null, and a line that cannot
+// be written whole (disk full) is cut off again, so every line stays valid JSON.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -21,6 +22,7 @@ struct TrainStepRecord {
   int64_t tokens = 0;  // counted target tokens trained on so far (all steps)
   double tokens_per_s = 0;
   double elapsed_s = 0;
+  int64_t skipped_steps = 0;  // steps skipped so far for a non-finite loss or gradient norm
 };
 
 struct EvalRecord {
@@ -44,14 +46,17 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // Appends one line and flushes it to the OS (a crash loses at most the current line).
+  // Appends one line with one write(2) (a crash loses at most the current line); throws
+  // naming the file and the system's reason when it cannot, with the file cut back to its
+  // previous, valid length.
   void write(const TrainStepRecord& record);
   void write(const EvalRecord& record);
 
  private:
   void append_line(const std::string& line);
   std::filesystem::path path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  uint64_t size_ = 0;  // bytes of whole lines in the file
 };
 
 }  // namespace anvil

@@ -96,4 +96,9 @@ void stop_self_if_test_asks(int64_t step, int rank, int world_size) {
   ::raise(SIGSTOP);
 }
 
+bool test_asks_nan_at_step(int64_t step) {
+  const char* at = std::getenv("ANVIL_TEST_NAN_AT_STEP");
+  return at != nullptr && std::atoll(at) == step;
+}
+
 }  // namespace anvil

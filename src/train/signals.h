@@ -42,4 +42,8 @@ void kill_self_if_test_asks(int64_t step, int rank, int world_size);
 // next collective exactly as behind a frozen or unreachable rank.
 void stop_self_if_test_asks(int64_t step, int rank, int world_size);
 
+// Fault injection for the divergence tests: returns true when ANVIL_TEST_NAN_AT_STEP equals
+// `step` (the trainer then puts a NaN into that step's loss mask on data rank 0).
+bool test_asks_nan_at_step(int64_t step);
+
 }  // namespace anvil

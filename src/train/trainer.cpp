@@ -6,6 +6,11 @@
 // engine at world size 1. Nothing in a step depends on wall time, the world size or anything
 // outside the checkpointed state, so a resumed run repeats the uninterrupted one bit for bit.
 // World rank 0 alone prints, writes metrics and the run's files.
+// Failure policy: a step with a non-finite loss or gradient norm is never applied (the engine
+// checks before the update); it stops the run with a DivergenceError, or with
+// training.skip_nonfinite is skipped (step, learning-rate schedule and data cursor advance,
+// AdamW does not) until max_skipped_steps in a row. A checkpoint that cannot be written stops
+// the run, or with checkpoint.on_error = "continue" is retried at the next checkpoint step.
 #include "train/trainer.h"
 
 #include <fmt/format.h>
@@ -13,12 +18,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
+#include "core/divergence_error.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threading.h"
@@ -80,6 +87,9 @@ class HostBatch {
                 doc_ids_.empty() ? nullptr : &doc_ids, &loss_mask);
   }
 
+  // Makes the first loss-mask value a NaN (fault injection: test_asks_nan_at_step).
+  void poison_loss_mask() { loss_mask_.front() = std::numeric_limits<float>::quiet_NaN(); }
+
   // Points `views` at rows [row, row + count) and returns the Batch that reads them.
   struct Views {
     Tensor tokens, targets, loss_mask, doc_ids;
@@ -111,6 +121,7 @@ struct StepOutcome {
   double grad_norm = 0;
   double lr = 0;
   double seconds = 0;
+  bool skipped = false;  // not applied: the loss or gradient norm was not finite
 };
 
 class Trainer {
@@ -125,7 +136,13 @@ class Trainer {
   void load_base_model();
   StepOutcome train_step(int64_t step);
   EvalRecord evaluate(int64_t step);
-  void save_checkpoint();
+  // Saves a checkpoint of the current step; with checkpoint.on_error = "continue" a failed
+  // save is a warning (unless `stopping`: a stop must not lose the run silently).
+  void save_checkpoint(bool stopping);
+  // Handles a step the engine did not apply: throws, or counts it as skipped.
+  void handle_nonfinite_step(int64_t step, const StepOutcome& outcome);
+  // Returns "resume from <dir>" or a note that the run has no checkpoint yet.
+  std::string resume_hint() const;
   void log_resume_config_changes(const std::string& saved_config_toml);
   // Prints a line on world rank 0 only.
   void message(const std::string& line);
@@ -160,6 +177,7 @@ class Trainer {
   HostBatch train_batch_;
   HostBatch eval_batch_;
   int64_t last_saved_step_ = -1;
+  int64_t checkpoint_failures_ = 0;
   std::filesystem::path last_checkpoint_;
   Clock::time_point run_start_ = Clock::now();
 };
@@ -342,16 +360,19 @@ StepOutcome Trainer::train_step(int64_t step) {
     micro_batches.push_back(
         train_batch_.micro_batch(row, micro_batch_, views[static_cast<size_t>(m)]));
   }
+  if (mesh_->data_rank() == 0 && test_asks_nan_at_step(step)) train_batch_.poison_loss_mask();
   StepOutcome outcome;
   outcome.lr = schedule_.lr_at(step);
   model_->set_dropout_step(step);  // adapter dropout masks are a function of the step
   const StepReport report = engine_->train_step(micro_batches, outcome.lr);
   outcome.loss = report.loss.mean();
   outcome.grad_norm = report.grad_norm;
-  ANVIL_CHECK(std::isfinite(outcome.grad_norm) && std::isfinite(outcome.loss),
-              "[train] step {}: loss {} / gradient norm {} is not finite; lower optimizer.lr "
-              "or set optimizer.grad_clip, then resume from the last checkpoint",
-              step, outcome.loss, outcome.grad_norm);
+  outcome.skipped = !report.applied;
+  if (outcome.skipped) {
+    handle_nonfinite_step(step, outcome);
+  } else {
+    progress_.consecutive_skipped = 0;
+  }
   backend_->synchronize();
 
   progress_.step = step;
@@ -384,9 +405,56 @@ EvalRecord Trainer::evaluate(int64_t step) {
   return record;
 }
 
-void Trainer::save_checkpoint() {
+std::string Trainer::resume_hint() const {
+  if (last_checkpoint_.empty()) return "the run has no checkpoint yet";
+  return "resume from " + last_checkpoint_.string();
+}
+
+void Trainer::handle_nonfinite_step(int64_t step, const StepOutcome& outcome) {
+  // Every rank sees the same global loss and norm, so every rank throws or skips alike.
+  if (!config_.training.skip_nonfinite) {
+    throw DivergenceError(
+        fmt::format("[train] training diverged at step {}: loss {} / gradient norm {} is not "
+                    "finite; the step was not applied and no checkpoint holds it. Lower "
+                    "optimizer.lr or set optimizer.grad_clip (or set training.skip_nonfinite = "
+                    "true to skip such steps), then {}",
+                    step, outcome.loss, outcome.grad_norm, resume_hint()),
+        __FILE__, __LINE__);
+  }
+  ++progress_.skipped_steps;
+  ++progress_.consecutive_skipped;
+  if (progress_.consecutive_skipped >= config_.training.max_skipped_steps) {
+    throw DivergenceError(
+        fmt::format("[train] training diverged: steps {}-{} all had a non-finite loss or "
+                    "gradient norm ({} in a row, training.max_skipped_steps = {}) and were "
+                    "skipped; the run is not recovering. Lower optimizer.lr or set "
+                    "optimizer.grad_clip, then {}",
+                    step - progress_.consecutive_skipped + 1, step,
+                    progress_.consecutive_skipped, config_.training.max_skipped_steps,
+                    resume_hint()),
+        __FILE__, __LINE__);
+  }
+  if (root_) {
+    log_warn("[train] step {}: loss {} / gradient norm {} is not finite; step skipped (no "
+             "update; {} skipped so far, {} in a row; {} in a row stop the run)",
+             step, outcome.loss, outcome.grad_norm, progress_.skipped_steps,
+             progress_.consecutive_skipped, config_.training.max_skipped_steps);
+  }
+}
+
+void Trainer::save_checkpoint(bool stopping) {
   const Clock::time_point begin = Clock::now();
-  last_checkpoint_ = store_.save(*engine_, progress_, config_);
+  try {
+    last_checkpoint_ = store_.save(*engine_, progress_, config_);
+  } catch (const CheckpointSaveError& e) {
+    if (config_.checkpoint.on_error != "continue" || stopping) throw;
+    ++checkpoint_failures_;
+    if (root_) {
+      log_warn("{}; training continues (checkpoint.on_error = \"continue\") and tries again "
+               "at the next checkpoint step", e.what());
+    }
+    return;
+  }
   last_saved_step_ = progress_.step;
   message(fmt::format("checkpoint {} ({:.1f} s)", last_checkpoint_.string(),
                       seconds_between(begin, Clock::now())));
@@ -440,7 +508,8 @@ TrainResult Trainer::run() {
     if (root_) {
       metrics->write(TrainStepRecord{step, outcome.loss, outcome.lr, outcome.grad_norm,
                                      progress_.tokens_seen, step_tokens_per_s,
-                                     seconds_between(run_start_, Clock::now())});
+                                     seconds_between(run_start_, Clock::now()),
+                                     progress_.skipped_steps});
       printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
                                  step_tokens_per_s,
                                  step_tokens_per_s * result.flops_per_token / 1e9,
@@ -449,7 +518,7 @@ TrainResult Trainer::run() {
     }
     kill_self_if_test_asks(step, world_.rank(), world_.size());
     stop_self_if_test_asks(step, world_.rank(), world_.size());
-    result.final_loss = outcome.loss;
+    if (!outcome.skipped) result.final_loss = outcome.loss;
     result.steps_this_run = steps_done;
     result.tokens_this_run += tokens_per_step;
     const bool last = step == total_steps;
@@ -467,7 +536,7 @@ TrainResult Trainer::run() {
     const bool stop = stop_signal != 0;
     if ((config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) || last || stop) {
       watch(step, "checkpoint save");
-      save_checkpoint();
+      save_checkpoint(stop);
       watch(step, nullptr);
     }
     if (stop) {
@@ -479,7 +548,14 @@ TrainResult Trainer::run() {
     }
   }
   result.final_step = progress_.step;
+  result.skipped_steps = progress_.skipped_steps;
+  result.checkpoint_failures = checkpoint_failures_;
   result.last_checkpoint = last_checkpoint_;
+  if (root_ && last_saved_step_ != progress_.step) {
+    log_warn("[train] the run ends at step {} without a checkpoint of it ({})", progress_.step,
+             last_checkpoint_.empty() ? std::string("it has no checkpoint at all")
+                                      : "the newest is " + last_checkpoint_.string());
+  }
   // Runs too short for a steady state report their overall rate.
   result.tokens_per_s = steady_seconds > 0 ? static_cast<double>(steady_tokens) / steady_seconds
                         : run_seconds > 0 ? static_cast<double>(result.tokens_this_run) / run_seconds
@@ -511,6 +587,8 @@ std::string train_summary_json(const TrainResult& r) {
                                     {"final_loss", r.final_loss},
                                     {"final_val_loss", nullptr},
                                     {"stopped_by_signal", r.stopped_by_signal},
+                                    {"skipped_steps", r.skipped_steps},
+                                    {"checkpoint_failures", r.checkpoint_failures},
                                     {"run_dir", r.run_dir.string()}};
   if (r.final_val_loss >= 0) summary["final_val_loss"] = r.final_val_loss;
   return summary.dump();

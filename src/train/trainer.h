@@ -40,10 +40,13 @@ struct TrainResult {
   double final_loss = 0;       // training loss of the last step
   double final_val_loss = -1;  // of the last evaluation; -1 when none ran
   bool stopped_by_signal = false;
+  int64_t skipped_steps = 0;        // non-finite steps skipped (training.skip_nonfinite), all legs
+  int64_t checkpoint_failures = 0;  // saves that failed this run (checkpoint.on_error = continue)
   std::filesystem::path last_checkpoint;
 };
 
-// Runs (or resumes) a training run; throws anvil::Error on bad input or a failed step.
+// Runs (or resumes) a training run; throws anvil::Error on bad input or a failed checkpoint
+// save, DivergenceError (exit status kExitDiverged) when training diverged.
 TrainResult run_training(const TrainRunOptions& options);
 
 // Returns the one-line JSON summary printed last with --logging.json=true.

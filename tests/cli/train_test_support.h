@@ -21,9 +21,9 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `anvil <args>` through the shell and returns its exit code and combined output.
-inline CommandResult run_anvil(const std::string& args) {
-  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line and returns its exit code and combined output.
+inline CommandResult run_shell(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return result;
@@ -33,6 +33,11 @@ inline CommandResult run_anvil(const std::string& args) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Runs `anvil <args>` through the shell and returns its exit code and combined output.
+inline CommandResult run_anvil(const std::string& args) {
+  return run_shell(std::string(ANVIL_BINARY) + " " + args);
 }
 
 // Returns a fresh, empty scratch folder for one test.

@@ -1,7 +1,10 @@
 // Durable file helpers: atomic replacement, no temporary left behind on failure or abandon,
 // clear errors naming the path, and streamed hashing equal to one-shot XXH64.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <xxhash.h>
+
+#include <csignal>
 
 #include "io/file_util.h"
 #include "io_test_util.h"
@@ -22,6 +25,44 @@ TEST(FileUtil, WriteAtomicCreatesAndReplaces) {
   EXPECT_FALSE(fs::exists(dir / "config.toml.tmp"));
   write_file_atomic(dir / "empty", "");
   EXPECT_EQ(read_file(dir / "empty"), "");
+}
+
+// RLIMIT_FSIZE with SIGXFSZ ignored makes write(2) fail with EFBIG, a real OS write failure
+// (what a full disk's ENOSPC looks like to the writer) without a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_ = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limited = saved_;
+    limited.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limited);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_);
+  }
+
+ private:
+  struct rlimit saved_;
+  void (*previous_)(int);
+};
+
+TEST(FileUtil, AFailedWriteNamesTheFileAndTheReasonAndKeepsTheOldFile) {
+  TempDir dir;
+  write_file_atomic(dir / "model.safetensors", "old");
+  std::string message;
+  {
+    FileSizeLimit limit(4096);
+    const std::string bytes(8192, 'x');
+    message = error_of([&] { write_file_atomic(dir / "model.safetensors", bytes); });
+  }
+  EXPECT_NE(message.find("cannot write " + (dir / "model.safetensors").string() +
+                         ".tmp: File too large"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(read_file(dir / "model.safetensors"), "old");
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors.tmp"));
 }
 
 TEST(FileUtil, AbandonedWriterLeavesNothingAndKeepsTheOldFile) {

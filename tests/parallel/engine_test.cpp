@@ -158,5 +158,64 @@ TEST(EngineSingleProcess, RejectsAModelBuiltForAnotherStage) {
   EXPECT_THROW(DataParallelEngine(model, mesh, EngineOptions{}), Error);
 }
 
+// Returns AdamW's m and v of every group, concatenated (this rank's shards).
+std::vector<float> all_moments(Harness& harness) {
+  std::vector<float> out;
+  for (int g = 0; g < harness.engine().plan().group_count(); ++g) {
+    for (int which = 0; which < 2; ++which) {
+      const Tensor moment = harness.engine().moment(g, which);
+      if (moment.defined()) out.insert(out.end(), moment.f32(), moment.f32() + moment.numel());
+    }
+  }
+  return out;
+}
+
+class NonFiniteStepAtWorldOne : public ::testing::TestWithParam<StageCase> {};
+
+// A NaN in one loss-mask value makes the step's loss and gradient norm NaN: the engine must
+// apply nothing, and the same batch trained next (clean) must give exactly the step an
+// unpoisoned run takes, so no NaN survives anywhere (gradient buffers, running sums, slots).
+TEST_P(NonFiniteStepAtWorldOne, IsSkippedLeavingWeightsAndOptimizerStateBitIdentical) {
+  const StageCase param = GetParam();
+  auto comm = make_single_process_communicator();
+  RunSpec spec;
+  spec.zero_stage = param.stage;
+  spec.grad_accum = param.grad_accum;
+  spec.tied = param.tied;
+  Harness poisoned(*comm, spec);
+  poisoned.engine().init_weights(spec.seed);
+  Harness clean(*comm, spec);
+  clean.engine().init_weights(spec.seed);
+  ptest::run_steps(poisoned, 0, 2);
+  ptest::run_steps(clean, 0, 2);
+
+  const std::vector<float> weights = poisoned.all_weights();
+  const std::vector<float> moments = all_moments(poisoned);
+  const int64_t optimizer_steps = poisoned.engine().optimizer_steps();
+  const StepReport skipped = poisoned.step(2, /*poison=*/true);
+  EXPECT_FALSE(skipped.applied);
+  EXPECT_TRUE(std::isnan(skipped.loss.mean()));
+  EXPECT_TRUE(std::isnan(skipped.grad_norm));
+  EXPECT_TRUE(ptest::same_bits(poisoned.all_weights(), weights));
+  EXPECT_TRUE(ptest::same_bits(all_moments(poisoned), moments));
+  EXPECT_EQ(poisoned.engine().optimizer_steps(), optimizer_steps);
+
+  const StepReport retried = poisoned.step(2);
+  const StepReport want = clean.step(2);
+  EXPECT_TRUE(retried.applied);
+  EXPECT_TRUE(std::isfinite(retried.grad_norm));
+  EXPECT_EQ(ptest::bits(retried.loss.mean()), ptest::bits(want.loss.mean()));
+  EXPECT_EQ(ptest::bits(retried.grad_norm), ptest::bits(want.grad_norm));
+  EXPECT_EQ(poisoned.engine().optimizer_steps(), optimizer_steps + 1);
+  EXPECT_FALSE(ptest::same_bits(poisoned.all_weights(), weights));
+  EXPECT_TRUE(ptest::same_bits(poisoned.all_weights(), clean.all_weights()));
+  EXPECT_TRUE(ptest::same_bits(all_moments(poisoned), all_moments(clean)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, NonFiniteStepAtWorldOne,
+                         ::testing::Values(StageCase{0, 1, true}, StageCase{0, 3, false},
+                                           StageCase{1, 2, true}, StageCase{2, 3, true},
+                                           StageCase{3, 1, false}, StageCase{3, 2, true}));
+
 }  // namespace
 }  // namespace anvil

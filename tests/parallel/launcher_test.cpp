@@ -3,7 +3,15 @@
 // rank calling MPI_Abort).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include "core/divergence_error.h"
 
 #include "parallel/launcher.h"
 
@@ -81,6 +89,38 @@ TEST(Launcher, ProgressSteps) {
   EXPECT_EQ(progress_step("step 120/600 | loss 2.0"), 120);
   EXPECT_EQ(progress_step("eval step 100: val loss 2.0"), -1);
   EXPECT_EQ(progress_step("stepping"), -1);
+}
+
+// Runs the launcher over a stand-in for mpirun that records each start and exits with
+// `exit_code`; returns the launcher's status and how many times it started the job.
+std::pair<int, int> launch_with_fake_mpirun(int exit_code, int max_restarts) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("anvil_launcher_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto script = dir / "mpirun";
+  const auto starts = dir / "starts";
+  std::filesystem::remove(starts);
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\necho start >> '" << starts.string() << "'\nexit " << exit_code << "\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  LaunchOptions options;
+  options.mpirun = script.string();
+  options.program = "anvil";
+  options.max_restarts = max_restarts;
+  const int status = run_launch(options);
+  std::ifstream in(starts);
+  int count = 0;
+  for (std::string line; std::getline(in, line);) ++count;
+  std::filesystem::remove_all(dir);
+  return {status, count};
+}
+
+TEST(Launcher, RestartsAFailedJobButNotADivergedOne) {
+  EXPECT_EQ(launch_with_fake_mpirun(1, 2), std::make_pair(1, 3));  // first start + 2 restarts
+  EXPECT_EQ(launch_with_fake_mpirun(kExitDiverged, 2), std::make_pair(kExitDiverged, 1));
+  EXPECT_EQ(launch_with_fake_mpirun(0, 2), std::make_pair(0, 1));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -83,13 +84,15 @@ class Harness {
   LlamaModel& model() { return *model_; }
   DeviceMesh& mesh() { return *mesh_; }
 
-  // Runs optimizer step `step` (0-based) on this rank's share of the global batch.
-  StepReport step(int64_t step) {
+  // Runs optimizer step `step` (0-based) on this rank's share of the global batch; with
+  // `poison`, the first loss-mask value of this rank's first micro-batch is a NaN.
+  StepReport step(int64_t step, bool poison = false) {
     std::vector<Batch> batches;
     for (int m = 0; m < spec_.grad_accum; ++m) {
       const int64_t first = layout_.first_sample(step, m, mesh_->data_rank());
       batches.push_back(fill(static_cast<size_t>(m), first, spec_.micro_batch));
     }
+    if (poison) views_[0].mask.f32()[0] = std::numeric_limits<float>::quiet_NaN();
     return engine_->train_step(batches, spec_.lr);
   }
 

@@ -3,9 +3,17 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "io/file_util.h"
 #include "train/progress.h"
 
@@ -16,7 +24,8 @@ TEST(MetricsTest, LinesUseRoundTripNumbersWithTimeFieldsLast) {
   const TrainStepRecord record{7, 0.1 + 0.2, 3e-4, 1.5, 1024, 12345.678, 2.5};
   EXPECT_EQ(format_metrics_line(record),
             "{\"type\":\"train\",\"step\":7,\"loss\":0.30000000000000004,\"lr\":0.0003,"
-            "\"grad_norm\":1.5,\"tokens\":1024,\"tokens_per_s\":12345.7,\"elapsed_s\":2.500}");
+            "\"grad_norm\":1.5,\"tokens\":1024,\"skipped_steps\":0,\"tokens_per_s\":12345.7,"
+            "\"elapsed_s\":2.500}");
   const EvalRecord eval{10, 2.0, 7.38905609893065, 4096, 1.25};
   EXPECT_EQ(format_metrics_line(eval),
             "{\"type\":\"eval\",\"step\":10,\"loss\":2,\"ppl\":7.38905609893065,\"tokens\":4096,"
@@ -49,6 +58,54 @@ TEST(MetricsTest, ResumeCutsRecordsPastTheCheckpointAndATornLine) {
   EXPECT_EQ(std::count(after_cut.begin(), after_cut.end(), '\n'), 2);
   { MetricsWriter fresh(path, -1); }
   EXPECT_EQ(read_file(path), "");
+  std::filesystem::remove(path);
+}
+
+TEST(MetricsTest, NonFiniteValuesAreWrittenAsNull) {
+  TrainStepRecord skipped{3, std::nan(""), 1e-3, INFINITY, 96, 10.0, 1.0};
+  skipped.skipped_steps = 1;
+  const std::string line = format_metrics_line(skipped);
+  EXPECT_NE(line.find("\"loss\":null,\"lr\":0.001,\"grad_norm\":null,\"tokens\":96,"
+                      "\"skipped_steps\":1,"),
+            std::string::npos)
+      << line;
+  EXPECT_FALSE(nlohmann::json::parse(line).is_discarded());
+  const std::string eval = format_metrics_line(EvalRecord{4, 800.0, INFINITY, 10, 0});
+  EXPECT_NE(eval.find("\"ppl\":null"), std::string::npos) << eval;
+}
+
+// RLIMIT_FSIZE with SIGXFSZ ignored makes write(2) fail with EFBIG: a real OS write failure
+// without a full disk. The line that does not fit must not stay behind half written.
+TEST(MetricsTest, AFailedAppendNamesTheFileAndLeavesOnlyWholeLines) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("anvil_metrics_full_" + std::to_string(getpid()) + ".jsonl");
+  MetricsWriter writer(path, -1);
+  writer.write(TrainStepRecord{1, 1.0, 0.1, 1.0, 1, 0, 0});
+  const uintmax_t whole = std::filesystem::file_size(path);
+  std::string message;
+  {
+    struct rlimit saved;
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limited = saved;
+    limited.rlim_cur = whole + 20;  // room for part of the next line only
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+    try {
+      writer.write(TrainStepRecord{2, 1.0, 0.1, 1.0, 2, 0, 0});
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, previous);
+  }
+  EXPECT_NE(message.find("[metrics] cannot write " + path.string() + ": File too large"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(std::filesystem::file_size(path), whole);
+  writer.write(TrainStepRecord{2, 1.0, 0.1, 1.0, 2, 0, 0});  // space again: appends cleanly
+  const std::string text = read_file(path);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  EXPECT_NE(text.find("\"step\":2,"), std::string::npos);
   std::filesystem::remove(path);
 }
 
