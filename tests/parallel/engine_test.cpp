@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "optim/adamw.h"
 #include "parallel/shard_plan.h"
@@ -71,6 +72,13 @@ struct StageCase {
   bool tied;
 };
 
+// Names a case in test listings: "stage3_accum2_tied".
+std::string stage_case_name(const ::testing::TestParamInfo<StageCase>& info) {
+  const StageCase& c = info.param;
+  return "stage" + std::to_string(c.stage) + "_accum" + std::to_string(c.grad_accum) +
+         (c.tied ? "_tied" : "_untied");
+}
+
 class EveryStageAtWorldOne : public ::testing::TestWithParam<StageCase> {};
 
 TEST_P(EveryStageAtWorldOne, MatchesStageZeroBitForBit) {
@@ -99,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, EveryStageAtWorldOne,
                          ::testing::Values(StageCase{1, 1, true}, StageCase{2, 1, true},
                                            StageCase{3, 1, true}, StageCase{3, 1, false},
                                            StageCase{1, 3, false}, StageCase{2, 3, true},
-                                           StageCase{3, 3, true}, StageCase{3, 2, false}));
+                                           StageCase{3, 3, true}, StageCase{3, 2, false}),
+                         stage_case_name);
 
 TEST(EngineSingleProcess, ClippedStepsStillLearnARepeatedBatch) {
   auto comm = make_single_process_communicator();
@@ -215,7 +224,8 @@ TEST_P(NonFiniteStepAtWorldOne, IsSkippedLeavingWeightsAndOptimizerStateBitIdent
 INSTANTIATE_TEST_SUITE_P(Stages, NonFiniteStepAtWorldOne,
                          ::testing::Values(StageCase{0, 1, true}, StageCase{0, 3, false},
                                            StageCase{1, 2, true}, StageCase{2, 3, true},
-                                           StageCase{3, 1, false}, StageCase{3, 2, true}));
+                                           StageCase{3, 1, false}, StageCase{3, 2, true}),
+                         stage_case_name);
 
 }  // namespace
 }  // namespace anvil
