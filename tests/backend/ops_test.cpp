@@ -121,6 +121,11 @@ TEST(Ops, Matmul) {
       {0, 64, 100, 48, false, false, false, 1.0f, 0.0f, bf16, f32},
       {3, 40, 33, 20, true, true, false, 0.5f, 0.0f, bf16, f32},
       {4, 17, 64, 31, false, true, true, 1.0f, 0.0f, f32, f32},
+      // Enough work for the OpenBLAS GEMM (AVX2, generic) to slice it over threads: by
+      // columns of c, by batches, and by batches sharing b.
+      {0, 24, 96, 300, false, true, false, 1.0f, 0.5f, f32, f32},
+      {4, 48, 40, 96, true, false, false, 1.0f, 0.0f, f32, f32},
+      {2, 64, 48, 100, false, false, true, 1.0f, 0.0f, f32, f32},
   };
   for (const MatmulRow& row : rows) run_op_case(matmul_case(row));
 }

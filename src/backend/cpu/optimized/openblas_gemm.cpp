@@ -17,8 +17,12 @@
 namespace anvil::cpu_opt {
 namespace {
 
-// Slices narrower than this run as one: tiny GEMMs lose more to overhead than they gain.
+// Below these a slice costs more in waking a thread than it saves (a token's decode step is
+// M = 1; the thread hand-off is microseconds, and a whole scheduler slice when the machine
+// is oversubscribed): no slice narrower than kMinSliceExtent rows or columns, and no thread
+// woken for fewer than kMinSliceWork multiply-adds (~5 us at this backend's GEMM rate).
 constexpr int64_t kMinSliceExtent = 32;
+constexpr int64_t kMinSliceWork = int64_t{1} << 18;
 
 class OpenBlasGemm final : public Gemm {
  public:
@@ -47,12 +51,14 @@ class OpenBlasGemm final : public Gemm {
     // Row-major operands as stored: a is (M, K), or (K, M) when transposed; b likewise.
     const int64_t lda = s.transpose_a ? s.M : s.K, ldb = s.transpose_b ? s.K : s.N;
     const int64_t a_batch = s.M * s.K, b_batch = s.shared_b ? 0 : s.K * s.N, c_batch = s.M * s.N;
-    // Slices: whole batches when there are enough of them, else blocks of the longer side.
-    const int64_t threads = omp_get_max_threads();
+    // Threads worth waking: one per kMinSliceWork multiply-adds at most. Slices: whole batches
+    // when there are enough of them, else blocks of the longer side.
+    const int64_t parts = std::clamp<int64_t>(s.batches * s.M * s.N * s.K / kMinSliceWork, 1,
+                                              omp_get_max_threads());
     const int64_t per_batch =
-        s.batches >= threads
+        s.batches >= parts
             ? 1
-            : std::max<int64_t>(1, std::min(threads / s.batches,
+            : std::max<int64_t>(1, std::min(parts / s.batches,
                                             std::max(s.M, s.N) / kMinSliceExtent));
     const bool split_rows = s.M >= s.N;
     const int64_t extent = split_rows ? s.M : s.N;
@@ -79,8 +85,8 @@ class OpenBlasGemm final : public Gemm {
                   static_cast<int>(s.N));
     };
     const int64_t items = s.batches * per_batch;
-    if (items == 1) {
-      slice(0);
+    if (parts == 1) {
+      for (int64_t item = 0; item < items; ++item) slice(item);
       return;
     }
 #pragma omp parallel for schedule(static)
