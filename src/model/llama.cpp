@@ -52,24 +52,36 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   ANVIL_CHECK(options_.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
               options_.logits_chunk_rows);
   const bool lora = options_.lora.enabled();
-  // A LoRA base is frozen: no gradients, and in bf16 models no f32 masters for matrices.
-  const bool frozen_bf16 = lora && options_.compute_dtype != DType::f32;
+  DType base_dtype = DType::f32;
   if (lora) {
     validate_lora_options(options_.lora);
-    ANVIL_CHECK(options_.allocate_weights,
-                "[model] LoRA needs the model to allocate its own (frozen) base weights");
+    base_dtype = options_.lora_base_dtype.value_or(options_.compute_dtype);
+    ANVIL_CHECK(base_dtype == DType::f32 || base_dtype == DType::bf16,
+                "[model] a frozen LoRA base is held in f32 or bf16, got {}", dtype_name(base_dtype));
+    ANVIL_CHECK(base_dtype == DType::f32 || options_.compute_dtype == DType::bf16,
+                "[model] a bf16 LoRA base is a GEMM operand as it is, so the model must compute "
+                "in bf16 (compute dtype is {})",
+                dtype_name(options_.compute_dtype));
+  } else {
+    ANVIL_CHECK(!options_.lora_base_dtype, "[model] lora_base_dtype is set, but LoRA is off");
   }
   layout_ = make_llama_layout(config_, options_.decay_embeddings);
-  params_ = ParameterSet(layout_, backend, options_.allocate_weights && !frozen_bf16);
+  // With LoRA the base is frozen (no gradients) and allocate_weights/gradients are the
+  // adapters'; the base's own buffers follow allocate_frozen.
+  params_ = ParameterSet(layout_, backend, lora ? options_.allocate_frozen : options_.allocate_weights,
+                         base_dtype);
   grads_ = ParameterSet(layout_, backend, options_.allocate_gradients && !lora);
   weights_ = llama_weight_views(config_, params_);
   grad_views_ = llama_weight_views(config_, grads_);
-  if (frozen_bf16) {
-    frozen_ = FrozenBf16Base(config_, layout_, backend);
+  if (base_dtype == DType::bf16) {
+    bf16_base_ = Bf16BaseViews(config_, backend);
   } else if (options_.compute_dtype != DType::f32) {
     compute_ = ComputeWeights(config_, layout_, backend, options_.compute_dtype);
   }
-  if (lora) lora_ = LoraAdapters(config_, options_.lora, backend, options_.compute_dtype);
+  if (lora) {
+    lora_ = LoraAdapters(config_, options_.lora, backend, options_.compute_dtype,
+                         options_.allocate_weights, options_.allocate_gradients);
+  }
 
   const int64_t max_rows = int64_t{options_.max_batch} * options_.max_seq;
   int64_t chunk = options_.logits_chunk_rows;
@@ -100,7 +112,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
 }
 
 void LlamaModel::init_weights(uint64_t seed) {
-  if (!frozen_.enabled()) {
+  if (params_.dtype() == DType::f32) {
     init_llama_weights(config_, params_, *backend_, seed);
     return;
   }
@@ -108,10 +120,7 @@ void LlamaModel::init_weights(uint64_t seed) {
   for (int g = 0; g < layout_->group_count(); ++g) {
     host.assign(static_cast<size_t>(layout_->group_numel(g)), 0.0f);
     init_llama_group(config_, *layout_, g, seed, host.data());
-    const std::vector<ParameterInfo>& infos = layout_->params();
-    for (size_t i = 0; i < infos.size(); ++i) {
-      if (infos[i].group == g) frozen_.set(static_cast<int>(i), host.data() + infos[i].offset);
-    }
+    write_f32_values(*backend_, params_.group(g), host.data());
   }
 }
 
@@ -123,6 +132,22 @@ void LlamaModel::bind_weights(int group, const Tensor& storage) {
 void LlamaModel::bind_gradients(int group, const Tensor& storage) {
   grads_.bind(group, storage);
   refresh_group_views(config_, grads_, group, grad_views_);
+}
+
+void LlamaModel::bind_trainable_weights(int group, const Tensor& storage) {
+  if (lora_.enabled()) {
+    lora_.bind_weights(group, storage);
+  } else {
+    bind_weights(group, storage);
+  }
+}
+
+void LlamaModel::bind_trainable_gradients(int group, const Tensor& storage) {
+  if (lora_.enabled()) {
+    lora_.bind_gradients(group, storage);
+  } else {
+    bind_gradients(group, storage);
+  }
 }
 
 StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
@@ -328,12 +353,16 @@ void LlamaModel::call_hook(void (GroupHooks::*hook)(int), int group) {
 void LlamaModel::begin_forward(int group) {
   call_hook(&GroupHooks::before_forward, group);
   if (compute_.enabled()) compute_.refresh(group, params_.group(group), weights_, true);
+  if (bf16_base_.enabled()) bf16_base_.refresh(group, weights_);
   if (lora_.enabled()) lora_.refresh(group);
 }
 
 void LlamaModel::begin_backward(int group) {
   call_hook(&GroupHooks::before_backward, group);
   if (compute_.enabled()) compute_.refresh(group, params_.group(group), weights_, false);
+  if (bf16_base_.enabled()) bf16_base_.refresh(group, weights_);
+  // A parallel layer may have re-gathered the adapters into other storage.
+  if (lora_.enabled()) lora_.refresh(group);
 }
 
 }  // namespace anvil

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,22 +37,29 @@ struct ModelOptions {
   bool decay_embeddings = true;  // weight decay flag of model.embed_tokens.weight
   // Rows of logits materialised at once by the head (0 = as many as fit in 2^23 floats).
   int64_t logits_chunk_rows = 0;
-  // When false the model allocates no weight (gradient) buffers: a parallel layer binds each
-  // group to storage it owns (bind_weights / bind_gradients) before the group is used.
+  // When false the model allocates no buffers for the trainable weights (gradients): every
+  // weight, or with LoRA the adapters. A parallel layer then binds each group to storage it
+  // owns (bind_trainable_weights / bind_trainable_gradients) before the group is used.
   bool allocate_weights = true;
   bool allocate_gradients = true;
-  // LoRA adapters (lora.r > 0): the base weights are frozen (no gradient buffers) and, with
-  // compute_dtype bf16, stored in bf16 only (norms and the embedding table stay f32).
+  // LoRA adapters (lora.r > 0): the base weights are frozen (no gradients, no optimizer state).
   LoraOptions lora;
+  // The dtype the frozen LoRA base is held in: f32, or bf16 (half the bytes; needs
+  // compute_dtype bf16). Unset: the compute dtype.
+  std::optional<DType> lora_base_dtype;
+  // When false (LoRA only) the frozen base has no buffers of its own: a parallel layer binds
+  // each group (bind_weights) before it is used, as it does under ZeRO-3.
+  bool allocate_frozen = true;
 };
 
-// Bytes a model holds, by purpose (the optimizer state, 2 x trainable f32, is the trainer's).
+// Bytes a model's own buffers hold, by purpose (what a parallel layer binds into the model is
+// counted by that layer; the optimizer state is the trainer's).
 struct ModelMemory {
-  size_t base_weights = 0;  // base weight storage that is not trainable (frozen base, or the
-                            // compute-dtype copies of a fully trained mixed-precision model)
-  size_t trainable = 0;     // f32 trainable parameters plus their compute-dtype copies
-  size_t gradients = 0;     // f32 gradients of the trainable parameters
-  size_t activations = 0;   // the activation arena
+  size_t frozen = 0;       // the frozen LoRA base (with its f32 norm copies)
+  size_t trainable = 0;    // f32 trainable parameters
+  size_t compute_copies = 0;  // compute-dtype copies of weights (mixed precision)
+  size_t gradients = 0;    // f32 gradients of the trainable parameters
+  size_t activations = 0;  // the activation arena
   int64_t trainable_count = 0;  // number of trainable parameter elements
 };
 
@@ -88,7 +96,7 @@ class LlamaModel {
   const LlamaConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
   Backend& backend() const { return *backend_; }
-  // Returns the f32 master weights.
+  // Returns the base weights: the f32 masters, or with LoRA the frozen base (f32 or bf16).
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
   // Returns the f32 gradients (same layout as parameters()).
@@ -129,11 +137,19 @@ class LlamaModel {
   void init_weights(uint64_t seed);
   // Sets the group observer (nullptr removes it).
   void set_group_hooks(GroupHooks* hooks) { hooks_ = hooks; }
-  // Points the weights of `group` at `storage` (f32, at least the group's padded size; not
-  // owned) until rebound; what the model computes from the same values does not change.
+  // Points the base weights of `group` (parameters(); parameters().dtype(), at least the
+  // group's padded size; not owned) at `storage` until rebound; what the model computes from
+  // the same values does not change.
   void bind_weights(int group, const Tensor& storage);
   // Points the gradients of `group` at `storage`, as bind_weights does for weights.
   void bind_gradients(int group, const Tensor& storage);
+  // Binds group `group` of trainable() (trainable_gradients()): the base weights
+  // (gradients), or with LoRA the adapters.
+  void bind_trainable_weights(int group, const Tensor& storage);
+  void bind_trainable_gradients(int group, const Tensor& storage);
+  // Writes the initial values of trainable() group `group` (layout size, padding zero) into
+  // host memory: init_llama_group, or with LoRA the adapters' init (A Kaiming-uniform, B 0).
+  void init_trainable_group(int group, uint64_t seed, float* host) const;
 
   // Runs forward and backward: gradients += d(grad_scale * sum of token losses)/d(weights).
   // Returns the (unscaled) loss sum and counted-token count of the batch.
@@ -169,7 +185,7 @@ class LlamaModel {
   void begin_backward(int group);
   // Returns the weights the blocks compute with (the masters for an f32 model).
   const LlamaWeights& compute_weights() const {
-    if (frozen_.enabled()) return frozen_.views();
+    if (bf16_base_.enabled()) return bf16_base_.views();
     return compute_.enabled() ? compute_.views() : weights_;
   }
   // Returns layer `layer`'s adapter context for this step using saved set `set`, or nullptr
@@ -186,8 +202,8 @@ class LlamaModel {
   ParameterSet grads_;
   LlamaWeights weights_;
   LlamaWeights grad_views_;
-  ComputeWeights compute_;  // bf16 copies of the weights; empty for an f32 model
-  FrozenBf16Base frozen_;   // the bf16-only base of a LoRA bf16 model; empty otherwise
+  ComputeWeights compute_;  // bf16 copies of f32 weights; empty for an f32 model
+  Bf16BaseViews bf16_base_;  // views of a bf16 LoRA base; empty otherwise
   LoraAdapters lora_;
   LoraLayerStep lora_step_;  // storage behind lora_step()'s pointer
   int64_t dropout_step_ = 0;

@@ -1,6 +1,5 @@
 // LlamaModel's adapter and storage services: adapter init and merge, the memory breakdown,
-// and per-parameter access that hides whether the base lives in f32 masters or in the
-// bf16-only store of a frozen LoRA base.
+// and per-parameter access that hides whether the base is held in f32 or bf16.
 #include <vector>
 
 #include "core/error.h"
@@ -27,8 +26,9 @@ void LlamaModel::init_lora(uint64_t seed) {
 
 void LlamaModel::merge_lora() {
   ANVIL_CHECK(lora_.enabled(), "[lora] merge_lora on a model without adapters (lora.r = 0)");
-  ANVIL_CHECK(!frozen_.enabled(),
-              "[lora] merging needs an f32 base; this model stores its base in bf16 only");
+  ANVIL_CHECK(params_.dtype() == DType::f32,
+              "[lora] merging needs an f32 base; this model holds its base in {}",
+              dtype_name(params_.dtype()));
   const float scale = options_.lora.scale();
   for (int l = 0; l < config_.n_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
@@ -48,16 +48,18 @@ ModelMemory LlamaModel::memory() const {
   ModelMemory memory;
   memory.activations = arena_.bytes();
   const ParameterLayout& layout = *layout_;
-  const size_t compute_copy_bytes =
+  memory.compute_copies =
       compute_.enabled() ? layout_bytes(layout, dtype_size(options_.compute_dtype)) : 0;
   if (lora_.enabled()) {
-    memory.base_weights = frozen_.enabled() ? frozen_.bytes() : layout_bytes(layout, sizeof(float));
-    memory.trainable = lora_.parameter_bytes();
-    memory.gradients = lora_.gradient_bytes();
+    memory.frozen = (options_.allocate_frozen ? layout_bytes(layout, dtype_size(params_.dtype()))
+                                              : 0) +
+                    bf16_base_.bytes();
+    memory.trainable = options_.allocate_weights ? lora_.parameter_bytes() : 0;
+    memory.compute_copies += lora_.compute_copy_bytes();
+    memory.gradients = options_.allocate_gradients ? lora_.gradient_bytes() : 0;
     memory.trainable_count = lora_.parameters().layout().total_params();
     return memory;
   }
-  memory.base_weights = compute_copy_bytes;
   memory.trainable = options_.allocate_weights ? layout_bytes(layout, sizeof(float)) : 0;
   memory.gradients = options_.allocate_gradients ? layout_bytes(layout, sizeof(float)) : 0;
   memory.trainable_count = layout.total_params();
@@ -65,19 +67,19 @@ ModelMemory LlamaModel::memory() const {
 }
 
 void LlamaModel::set_parameter(int index, const float* host) {
-  if (frozen_.enabled()) {
-    frozen_.set(index, host);
-    return;
-  }
-  backend_->copy_from_host(params_.tensor(index), host);
+  write_f32_values(*backend_, params_.tensor(index), host);
 }
 
 void LlamaModel::get_parameter(int index, float* host) {
-  if (frozen_.enabled()) {
-    frozen_.get(index, host);
-    return;
+  read_f32_values(*backend_, params_.tensor(index), host);
+}
+
+void LlamaModel::init_trainable_group(int group, uint64_t seed, float* host) const {
+  if (lora_.enabled()) {
+    lora_.init_group(group, seed, host);
+  } else {
+    init_llama_group(config_, *layout_, group, seed, host);
   }
-  backend_->copy_to_host(host, params_.tensor(index));
 }
 
 }  // namespace anvil

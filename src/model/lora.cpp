@@ -106,15 +106,15 @@ std::shared_ptr<const ParameterLayout> make_lora_layout(const LlamaConfig& confi
   return layout;
 }
 
-std::vector<LoraLayerViews> lora_views(const LlamaConfig& config, const LoraOptions& options,
-                                       const ParameterSet& set) {
-  std::vector<LoraLayerViews> views(static_cast<size_t>(config.n_layers));
-  for (int l = 0; l < config.n_layers; ++l) {
-    for (const std::string& target : options.targets) {
-      const int i = index_of(parse_lora_target(target));
-      views[l].a[i] = set.tensor(lora_param_name(l, target, 'A'));
-      views[l].b[i] = set.tensor(lora_param_name(l, target, 'B'));
-    }
+LoraLayerViews lora_layer_views(const LlamaConfig& config, const LoraOptions& options,
+                                const ParameterSet& set, int layer) {
+  (void)config;
+  LoraLayerViews views;
+  if (!set.has_storage(layer_group(layer))) return views;
+  for (const std::string& target : options.targets) {
+    const int i = index_of(parse_lora_target(target));
+    views.a[i] = set.tensor(lora_param_name(layer, target, 'A'));
+    views.b[i] = set.tensor(lora_param_name(layer, target, 'B'));
   }
   return views;
 }

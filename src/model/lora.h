@@ -62,9 +62,10 @@ struct LoraLayerViews {
   std::array<Tensor, kLoraTargetCount> b;  // (out, r)
 };
 
-// Returns the per-layer views of a set built on make_lora_layout(config, options).
-std::vector<LoraLayerViews> lora_views(const LlamaConfig& config, const LoraOptions& options,
-                                       const ParameterSet& set);
+// Returns layer `layer`'s views of a set built on make_lora_layout(config, options); all
+// undefined when the layer's group has no storage.
+LoraLayerViews lora_layer_views(const LlamaConfig& config, const LoraOptions& options,
+                                const ParameterSet& set, int layer);
 
 // Everything one layer's blocks need to run their adapters in one step; built by the model.
 struct LoraLayerStep {
@@ -96,9 +97,10 @@ void lora_backward(const LoraLayerStep& step, LoraTarget target, const Tensor& x
 class LoraAdapters {
  public:
   LoraAdapters() = default;
-  // Builds the layout and allocates zero parameters, gradients and compute copies.
+  // Builds the layout and allocates zero compute copies, and zero parameters (gradients)
+  // unless a parallel layer provides them (bind_weights / bind_gradients).
   LoraAdapters(const LlamaConfig& config, const LoraOptions& options, Backend& backend,
-               DType compute_dtype);
+               DType compute_dtype, bool allocate_weights = true, bool allocate_gradients = true);
   // Carves the saved activations and scratch (called inside the model's arena build).
   void carve(Arena& arena, int64_t max_rows, int layer_sets);
 
@@ -111,15 +113,22 @@ class LoraAdapters {
   // Returns the f32 views of layer `layer`'s adapters.
   const LoraLayerViews& layer(int layer) const { return views_[layer]; }
 
+  // Points group `group`'s adapters (gradients) at `storage` (f32, not owned).
+  void bind_weights(int group, const Tensor& storage);
+  void bind_gradients(int group, const Tensor& storage);
   // Initialises A Kaiming-uniform (bound 1/sqrt(in)) and B zero, from (seed, name).
   void init(uint64_t seed);
+  // Writes group `group`'s initial values (layout size, padding zero) into host memory.
+  void init_group(int group, uint64_t seed, float* host) const;
   // Casts group `group`'s f32 adapters into their compute copies (bf16 models only).
   void refresh(int group);
   // Returns the step context of `layer` for `rows` rows using saved set `set`; dropout is off
   // unless `training`, and its seed derives from (dropout_step, layer).
   LoraLayerStep step(int layer, int64_t rows, int set, bool training, int64_t dropout_step) const;
-  // Returns the bytes of parameters + compute copies, and of gradients.
+  // Returns the bytes of the f32 parameters, of their compute copies, and of the gradients
+  // (as laid out, whether or not the adapters own them).
   size_t parameter_bytes() const;
+  size_t compute_copy_bytes() const;
   size_t gradient_bytes() const;
 
  private:
@@ -132,7 +141,7 @@ class LoraAdapters {
   ParameterSet grads_;
   std::vector<LoraLayerViews> views_;
   std::vector<LoraLayerViews> grad_views_;
-  std::vector<Buffer> copies_;  // per group, compute dtype; empty for an f32 model
+  ParameterSet copies_;  // compute dtype; unallocated for an f32 model
   std::vector<LoraLayerViews> compute_views_;
   // Saved activations: layer_sets x targets of (max_rows, r) compute; scratch as in the step.
   std::vector<std::array<Tensor, kLoraTargetCount>> hidden_;

@@ -13,41 +13,39 @@
 namespace anvil {
 
 LoraAdapters::LoraAdapters(const LlamaConfig& config, const LoraOptions& options,
-                           Backend& backend, DType compute_dtype)
+                           Backend& backend, DType compute_dtype, bool allocate_weights,
+                           bool allocate_gradients)
     : config_(config), options_(options), backend_(&backend), compute_dtype_(compute_dtype) {
   layout_ = make_lora_layout(config_, options_);
-  params_ = ParameterSet(layout_, backend, true);
-  grads_ = ParameterSet(layout_, backend, true);
-  views_ = lora_views(config_, options_, params_);
-  grad_views_ = lora_views(config_, options_, grads_);
+  params_ = ParameterSet(layout_, backend, allocate_weights);
+  grads_ = ParameterSet(layout_, backend, allocate_gradients);
+  copies_ = ParameterSet(layout_, backend, compute_dtype_ != DType::f32, compute_dtype_);
+  views_.resize(static_cast<size_t>(config_.n_layers));
+  grad_views_.resize(views_.size());
+  compute_views_.resize(views_.size());
+  for (int l = 0; l < config_.n_layers; ++l) {
+    views_[l] = lora_layer_views(config_, options_, params_, l);
+    grad_views_[l] = lora_layer_views(config_, options_, grads_, l);
+    compute_views_[l] = compute_dtype_ == DType::f32
+                            ? views_[l]
+                            : lora_layer_views(config_, options_, copies_, l);
+  }
   for (const std::string& target : options_.targets)
     max_in_ = std::max(max_in_, lora_target_dims(config_, parse_lora_target(target))[1]);
-  if (compute_dtype_ == DType::f32) {
-    compute_views_ = views_;
-    return;
-  }
-  compute_views_ = views_;
-  for (int g = 0; g < layout_->group_count(); ++g) {
-    copies_.emplace_back(backend,
-                         static_cast<size_t>(layout_->group_numel(g)) * dtype_size(compute_dtype_));
-  }
-  // Translate each f32 view into the same offset of its group's copy.
-  for (int l = 0; l < config_.n_layers; ++l) {
-    const int g = layer_group(l);
-    const Tensor master = params_.group(g);
-    const Tensor copy = copies_[g].as(compute_dtype_, Shape{layout_->group_numel(g)});
-    auto translate = [&](const Tensor& t) {
-      if (!t.defined()) return Tensor();
-      const int64_t offset =
-          (static_cast<const char*>(t.data) - static_cast<const char*>(master.data)) /
-          static_cast<int64_t>(sizeof(float));
-      return copy.flat(offset, t.numel()).view(t.shape);
-    };
-    for (int i = 0; i < kLoraTargetCount; ++i) {
-      compute_views_[l].a[i] = translate(views_[l].a[i]);
-      compute_views_[l].b[i] = translate(views_[l].b[i]);
-    }
-  }
+}
+
+void LoraAdapters::bind_weights(int group, const Tensor& storage) {
+  params_.bind(group, storage);
+  const int l = group - layer_group(0);
+  if (l < 0 || l >= config_.n_layers) return;  // the empty embedding and head groups
+  views_[l] = lora_layer_views(config_, options_, params_, l);
+  if (compute_dtype_ == DType::f32) compute_views_[l] = views_[l];
+}
+
+void LoraAdapters::bind_gradients(int group, const Tensor& storage) {
+  grads_.bind(group, storage);
+  const int l = group - layer_group(0);
+  if (l >= 0 && l < config_.n_layers) grad_views_[l] = lora_layer_views(config_, options_, grads_, l);
 }
 
 void LoraAdapters::carve(Arena& arena, int64_t max_rows, int layer_sets) {
@@ -68,26 +66,32 @@ void LoraAdapters::carve(Arena& arena, int64_t max_rows, int layer_sets) {
 
 void LoraAdapters::init(uint64_t seed) {
   std::vector<float> host;
-  for (int index = 0; index < static_cast<int>(layout_->params().size()); ++index) {
-    const ParameterInfo& info = layout_->params()[index];
-    host.assign(static_cast<size_t>(info.numel()), 0.0f);
+  for (int g = 0; g < layout_->group_count(); ++g) {
+    if (layout_->group_numel(g) == 0) continue;
+    host.resize(static_cast<size_t>(layout_->group_numel(g)));
+    init_group(g, seed, host.data());
+    backend_->copy_from_host(params_.group(g), host.data());
+  }
+}
+
+void LoraAdapters::init_group(int group, uint64_t seed, float* host) const {
+  std::fill(host, host + layout_->group_numel(group), 0.0f);
+  for (const ParameterInfo& info : layout_->params()) {
+    if (info.group != group || info.name.find(".lora_A.") == std::string::npos) continue;
     // lora_A: kaiming_uniform_(a=sqrt(5)) on (r, in) is uniform(-1/sqrt(in), 1/sqrt(in)).
-    if (info.name.find(".lora_A.") != std::string::npos) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(info.shape[1]));
-      const uint64_t stream = fnv1a64(info.name);
-      for (int64_t i = 0; i < info.numel(); ++i) {
-        const double u = random_uniform(seed, stream, static_cast<uint64_t>(i));
-        host[static_cast<size_t>(i)] = static_cast<float>((2.0 * u - 1.0) * bound);
-      }
+    const double bound = 1.0 / std::sqrt(static_cast<double>(info.shape[1]));
+    const uint64_t stream = fnv1a64(info.name);
+    float* out = host + info.offset;
+    for (int64_t i = 0; i < info.numel(); ++i) {
+      const double u = random_uniform(seed, stream, static_cast<uint64_t>(i));
+      out[i] = static_cast<float>((2.0 * u - 1.0) * bound);
     }
-    backend_->copy_from_host(params_.tensor(index), host.data());
   }
 }
 
 void LoraAdapters::refresh(int group) {
-  if (copies_.empty() || layout_->group_numel(group) == 0) return;
-  backend_->cast(params_.group(group),
-                 copies_[group].as(compute_dtype_, Shape{layout_->group_numel(group)}));
+  if (compute_dtype_ == DType::f32 || layout_->group_numel(group) == 0) return;
+  backend_->cast(params_.group(group), copies_.group(group));
 }
 
 LoraLayerStep LoraAdapters::step(int layer, int64_t rows, int set, bool training,
@@ -117,15 +121,14 @@ size_t LoraAdapters::parameter_bytes() const {
   size_t bytes = 0;
   for (int g = 0; g < layout_->group_count(); ++g)
     bytes += static_cast<size_t>(layout_->group_numel(g)) * sizeof(float);
-  for (const Buffer& copy : copies_) bytes += copy.bytes();
   return bytes;
 }
 
-size_t LoraAdapters::gradient_bytes() const {
-  size_t bytes = 0;
-  for (int g = 0; g < layout_->group_count(); ++g)
-    bytes += static_cast<size_t>(layout_->group_numel(g)) * sizeof(float);
-  return bytes;
+size_t LoraAdapters::compute_copy_bytes() const {
+  if (compute_dtype_ == DType::f32) return 0;
+  return parameter_bytes() / sizeof(float) * dtype_size(compute_dtype_);
 }
+
+size_t LoraAdapters::gradient_bytes() const { return parameter_bytes(); }
 
 }  // namespace anvil

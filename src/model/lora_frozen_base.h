@@ -1,12 +1,10 @@
-// FrozenBf16Base: the weight store of a LoRA model computing in bf16. The base is frozen, so
-// no f32 master exists for its matrices: each group's matrices and biases live only in a bf16
-// buffer with the layout's offsets, while norm weights and the embedding table (a lookup, and
-// the f32 norms mixed precision promises) keep f32 storage of their own. Values are written
-// once through set() (rounded to nearest even) and the views never move.
+// Bf16BaseViews: the weights a LoRA model with a bf16 base computes with. The frozen base is a
+// bf16 ParameterSet (half the bytes of f32, no master copy: nothing ever updates it); its
+// matrices and biases are GEMM operands as they are and the embedding lookup reads the bf16
+// table. Only the norm weights are cast into small f32 copies, because the rmsnorm ops take f32
+// weights (as mixed precision promises), each time their group is about to be used: the base
+// may just have been gathered into other storage by a parallel layer.
 #pragma once
-
-#include <memory>
-#include <vector>
 
 #include "backend/backend.h"
 #include "core/buffer.h"
@@ -14,31 +12,27 @@
 
 namespace anvil {
 
-class FrozenBf16Base {
+class Bf16BaseViews {
  public:
-  FrozenBf16Base() = default;
-  // Allocates zeroed storage for every tensor of `layout` on `backend`.
-  FrozenBf16Base(const LlamaConfig& config, std::shared_ptr<const ParameterLayout> layout,
-                 Backend& backend);
+  Bf16BaseViews() = default;
+  // Allocates the f32 norm copies: (2 * n_layers + 1) * dim floats.
+  Bf16BaseViews(const LlamaConfig& config, Backend& backend);
 
-  bool enabled() const { return layout_ != nullptr; }
+  bool enabled() const { return backend_ != nullptr; }
+  // Takes group `group`'s views from `stored` (views of the bf16 base) and casts its norms.
+  void refresh(int group, const LlamaWeights& stored);
   // Returns the views the blocks compute with.
   const LlamaWeights& views() const { return views_; }
-  // Returns the storage tensor of parameter `index` (bf16 for matrices and biases, else f32).
-  Tensor tensor(int index) const;
-  // Writes parameter `index` from host f32 values (rounded when stored in bf16).
-  void set(int index, const float* host);
-  // Reads parameter `index` into host f32 values.
-  void get(int index, float* host) const;
-  // Returns the bytes held.
-  size_t bytes() const;
+  // Returns the bytes of the norm copies.
+  size_t bytes() const { return norms_.bytes(); }
 
  private:
+  // Casts `stored` (bf16, (dim)) into norm copy `index` and returns the copy.
+  Tensor cast_norm(const Tensor& stored, int index);
+
   LlamaConfig config_;
-  std::shared_ptr<const ParameterLayout> layout_;
   Backend* backend_ = nullptr;
-  std::vector<Buffer> bf16_groups_;     // per group; empty for group 0 unless tied
-  std::vector<Buffer> f32_tensors_;     // per parameter; empty unless stored in f32
+  Buffer norms_;
   LlamaWeights views_;
 };
 

@@ -2,6 +2,9 @@
 // layout on each call (cheap arithmetic), so a set never holds stale pointers.
 #include "model/parameters.h"
 
+#include <vector>
+
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -60,14 +63,14 @@ int ParameterLayout::index_of(const std::string& name) const {
 }
 
 ParameterSet::ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend,
-                           bool allocate)
-    : layout_(std::move(layout)), backend_(&backend) {
+                           bool allocate, DType dtype)
+    : layout_(std::move(layout)), backend_(&backend), dtype_(dtype) {
   ANVIL_CHECK(layout_ != nullptr, "[params] a parameter set needs a layout");
   groups_.resize(static_cast<size_t>(layout_->group_count()));
   bound_.resize(static_cast<size_t>(layout_->group_count()));
   if (!allocate) return;
   for (int g = 0; g < layout_->group_count(); ++g) {
-    groups_[g] = Buffer(backend, static_cast<size_t>(layout_->group_numel(g)) * sizeof(float));
+    groups_[g] = Buffer(backend, static_cast<size_t>(layout_->group_numel(g)) * dtype_size(dtype_));
   }
   zero();
 }
@@ -77,15 +80,15 @@ Tensor ParameterSet::group(int group) const {
   if (bound_[group].defined()) return bound_[group].flat(0, numel);
   ANVIL_CHECK(groups_[group].data() != nullptr,
               "[params] parameter group {} has no storage (the parallel layer binds it)", group);
-  return groups_[group].as(DType::f32, Shape{numel});
+  return groups_[group].as(dtype_, Shape{numel});
 }
 
 void ParameterSet::bind(int group, const Tensor& storage) {
   const int64_t numel = layout_->group_numel(group);
   if (storage.defined()) {
-    ANVIL_CHECK(storage.dtype == DType::f32 && storage.numel() >= numel,
-                "[params] group {} needs f32 storage of at least {} elements, got {} {}", group,
-                numel, storage.numel(), dtype_name(storage.dtype));
+    ANVIL_CHECK(storage.dtype == dtype_ && storage.numel() >= numel,
+                "[params] group {} needs {} storage of at least {} elements, got {} {}", group,
+                dtype_name(dtype_), numel, storage.numel(), dtype_name(storage.dtype));
     ANVIL_CHECK(storage.device == backend_->device(),
                 "[params] storage bound to group {} lives on another device", group);
   }
@@ -112,6 +115,30 @@ Tensor ParameterSet::tensor(const std::string& name) const {
 void ParameterSet::zero() {
   for (int g = 0; g < group_count(); ++g)
     if (has_storage(g)) backend_->fill_zero(group(g));
+}
+
+void write_f32_values(Backend& backend, const Tensor& t, const float* host) {
+  if (t.dtype == DType::f32) {
+    backend.copy_from_host(t, host);
+    return;
+  }
+  ANVIL_CHECK(t.dtype == DType::bf16, "[params] cannot write f32 values into a {} tensor",
+              dtype_name(t.dtype));
+  std::vector<uint16_t> rounded(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = float_to_bf16(host[i]);
+  backend.copy_from_host(t, rounded.data());
+}
+
+void read_f32_values(Backend& backend, const Tensor& t, float* host) {
+  if (t.dtype == DType::f32) {
+    backend.copy_to_host(host, t);
+    return;
+  }
+  ANVIL_CHECK(t.dtype == DType::bf16, "[params] cannot read f32 values from a {} tensor",
+              dtype_name(t.dtype));
+  std::vector<uint16_t> raw(static_cast<size_t>(t.numel()));
+  backend.copy_to_host(raw.data(), t);
+  for (size_t i = 0; i < raw.size(); ++i) host[i] = bf16_to_float(raw[i]);
 }
 
 }  // namespace anvil

@@ -58,21 +58,23 @@ class ParameterLayout {
   std::unordered_map<std::string, int> index_;
 };
 
-// One f32 buffer per group of a layout, allocated on a backend and zero-filled. A parallel
-// layer may instead bind a group to storage it owns (a sharded or gathered buffer); the set
-// then reads and writes that storage until it is rebound.
+// One buffer per group of a layout, in one dtype (f32 for masters, gradients and optimizer
+// state; bf16 for a frozen LoRA base held in bf16), allocated on a backend and zero-filled. A
+// parallel layer may instead bind a group to storage it owns (a sharded or gathered buffer);
+// the set then reads and writes that storage until it is rebound.
 class ParameterSet {
  public:
   ParameterSet() = default;
   // Allocates and zeroes every group, or allocates nothing when `allocate` is false (each
   // group must then be bound before use).
   ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend,
-               bool allocate = true);
+               bool allocate = true, DType dtype = DType::f32);
 
   const ParameterLayout& layout() const { return *layout_; }
   std::shared_ptr<const ParameterLayout> shared_layout() const { return layout_; }
   int group_count() const { return layout_->group_count(); }
-  // Returns group g as one flat f32 tensor of layout().group_numel(g) elements.
+  DType dtype() const { return dtype_; }
+  // Returns group g as one flat tensor of dtype() of layout().group_numel(g) elements.
   Tensor group(int group) const;
   // Returns parameter i (layout order) as a view with its own shape.
   Tensor tensor(int index) const;
@@ -80,7 +82,7 @@ class ParameterSet {
   Tensor tensor(const std::string& name) const;
   // Sets every group that has storage to zero (padding included).
   void zero();
-  // Points group g at `storage` (f32, at least group_numel(g) elements, on the set's backend;
+  // Points group g at `storage` (dtype(), at least group_numel(g) elements, on the set's backend;
   // not owned); an undefined tensor returns the group to its own buffer, if it has one.
   void bind(int group, const Tensor& storage);
   // Returns whether group g has storage (its own buffer or a bound tensor).
@@ -89,8 +91,14 @@ class ParameterSet {
  private:
   std::shared_ptr<const ParameterLayout> layout_;
   Backend* backend_ = nullptr;
+  DType dtype_ = DType::f32;
   std::vector<Buffer> groups_;  // empty buffers when the set was built without allocation
   std::vector<Tensor> bound_;   // external storage per group; undefined when not bound
 };
+
+// Writes `host` (t.numel() f32 values) into t: copied for f32, rounded to nearest even for bf16.
+void write_f32_values(Backend& backend, const Tensor& t, const float* host);
+// Reads t (f32 or bf16) into `host` as f32 values (bf16 widens exactly).
+void read_f32_values(Backend& backend, const Tensor& t, float* host);
 
 }  // namespace anvil

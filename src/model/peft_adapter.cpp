@@ -126,8 +126,17 @@ PeftAdapterInfo read_peft_adapter_config(const fs::path& dir) {
 void load_peft_adapter(const fs::path& dir, LlamaModel& model) {
   ANVIL_CHECK(model.lora_enabled(), "[peft] {}: the model was built without LoRA adapters",
               dir.string());
+  ParameterSet& set = model.trainable();
+  read_peft_adapter_weights(dir, model.options().lora, set.layout(),
+                            [&](int index, const float* values) {
+                              model.backend().copy_from_host(set.tensor(index), values);
+                            });
+}
+
+void read_peft_adapter_weights(const fs::path& dir, const LoraOptions& mine,
+                               const ParameterLayout& layout,
+                               const std::function<void(int, const float*)>& set_values) {
   const PeftAdapterInfo info = read_peft_adapter_config(dir);
-  const LoraOptions& mine = model.options().lora;
   const fs::path config_file = dir / kConfigName;
   ANVIL_CHECK(info.lora.r == mine.r, "[peft] {}: r = {} but the model's adapters have r = {}",
               config_file.string(), info.lora.r, mine.r);
@@ -142,8 +151,7 @@ void load_peft_adapter(const fs::path& dir, LlamaModel& model) {
   ANVIL_CHECK(fs::exists(weights_file), "[peft] {}: adapter weights not found",
               weights_file.string());
   const SafetensorsFile file = SafetensorsFile::open(weights_file);
-  ParameterSet& set = model.trainable();
-  const std::vector<ParameterInfo>& params = set.layout().params();
+  const std::vector<ParameterInfo>& params = layout.params();
   std::set<std::string> expected;
   for (const ParameterInfo& p : params) expected.insert(kPeftPrefix + p.name);
   for (const SafetensorsEntry& entry : file.entries()) {
@@ -164,7 +172,7 @@ void load_peft_adapter(const fs::path& dir, LlamaModel& model) {
                 weights_file.string(), name, entry->dtype);
     host.resize(static_cast<size_t>(params[i].numel()));
     entry->read_f32(host);
-    model.backend().copy_from_host(set.tensor(static_cast<int>(i)), host.data());
+    set_values(static_cast<int>(i), host.data());
   }
 }
 
@@ -172,19 +180,28 @@ void save_peft_adapter(const fs::path& dir, LlamaModel& model,
                        const std::string& base_model_name_or_path) {
   ANVIL_CHECK(model.lora_enabled(), "[peft] {}: the model has no LoRA adapters to save",
               dir.string());
-  const LoraOptions& lora = model.options().lora;
+  const ParameterSet& set = model.trainable();
+  write_peft_adapter(
+      dir, model.options().lora, set.layout(),
+      [&](int index, float* values) { model.backend().copy_to_host(values, set.tensor(index)); },
+      base_model_name_or_path);
+}
+
+void write_peft_adapter(const fs::path& dir, const LoraOptions& lora,
+                        const ParameterLayout& layout,
+                        const std::function<void(int, float*)>& get_values,
+                        const std::string& base_model_name_or_path) {
   std::error_code error;
   fs::create_directories(dir, error);
   ANVIL_CHECK(!error, "[peft] {}: cannot create directory ({})", dir.string(), error.message());
 
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
-  const ParameterSet& set = model.trainable();
-  const std::vector<ParameterInfo>& params = set.layout().params();
+  const std::vector<ParameterInfo>& params = layout.params();
   std::vector<float> host;
   for (size_t i = 0; i < params.size(); ++i) {
     host.resize(static_cast<size_t>(params[i].numel()));
-    model.backend().copy_to_host(host.data(), set.tensor(static_cast<int>(i)));
+    get_values(static_cast<int>(i), host.data());
     const std::vector<int64_t> shape = dims_of(params[i].shape);
     writer.add_copy(kPeftPrefix + params[i].name, "F32", shape,
                     {reinterpret_cast<const uint8_t*>(host.data()), host.size() * sizeof(float)});

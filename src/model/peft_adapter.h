@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "model/llama.h"
@@ -29,5 +30,16 @@ void load_peft_adapter(const std::filesystem::path& dir, LlamaModel& model);
 // Writes adapter_config.json + adapter_model.safetensors (metadata format=pt) atomically.
 void save_peft_adapter(const std::filesystem::path& dir, LlamaModel& model,
                        const std::string& base_model_name_or_path);
+
+// The same two, for adapters that live elsewhere (a parallel layer's shards): `layout` is
+// make_lora_layout's, and each adapter parameter (layout order) is handed over as host f32
+// values through set_values(index, values) / filled by get_values(index, values).
+void read_peft_adapter_weights(const std::filesystem::path& dir, const LoraOptions& lora,
+                               const ParameterLayout& layout,
+                               const std::function<void(int, const float*)>& set_values);
+void write_peft_adapter(const std::filesystem::path& dir, const LoraOptions& lora,
+                        const ParameterLayout& layout,
+                        const std::function<void(int, float*)>& get_values,
+                        const std::string& base_model_name_or_path);
 
 }  // namespace anvil

@@ -32,15 +32,12 @@ Tensor whole(const Buffer& buffer) {
   return buffer.as(DType::f32, Shape{static_cast<int64_t>(buffer.bytes() / sizeof(float))});
 }
 
-std::string mib(int64_t bytes) {
-  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-}
-
 }  // namespace
 
 ModelOptions DataParallelEngine::model_options(ModelOptions options, int zero_stage) {
   options.allocate_weights = zero_stage == 0;
   options.allocate_gradients = zero_stage <= 1;
+  options.allocate_frozen = zero_stage <= 2;
   return options;
 }
 
@@ -53,20 +50,24 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
       head_(head_group(model.config())),
       tied_(model.config().tie_embeddings),
       plan_(model.trainable().layout(), mesh.data_world(), mesh.shape().fsdp, mesh.data_rank()),
+      lora_(model.lora_enabled()),
       spans_(layout_decay_spans(model.trainable().layout())) {
   ANVIL_CHECK(options.micro_batches >= 1, "[parallel] micro_batches must be >= 1, got {}",
               options.micro_batches);
-  // LoRA adapters are small and live in the model: every rank keeps all of them.
-  ANVIL_CHECK(!model.lora_enabled() || stage_ == 0,
-              "[parallel] LoRA fine-tuning runs with parallel.zero_stage = 0 (every rank keeps "
-              "the whole adapter set; data parallelism still splits the batch); got stage {}",
-              stage_);
-  const bool weights_allocated = model.lora_enabled() || model.parameters().has_storage(0);
-  const bool gradients_allocated = model.lora_enabled() || model.gradients().has_storage(0);
-  ANVIL_CHECK(weights_allocated == (stage_ == 0) && gradients_allocated == (stage_ <= 1),
+  // Group 1 (layer 0) exists in every layout and is never empty.
+  const int probe = layer_group(0);
+  const bool weights_allocated = model.trainable().has_storage(probe);
+  const bool gradients_allocated = model.trainable_gradients().has_storage(probe);
+  const bool frozen_allocated = model.parameters().has_storage(probe);
+  ANVIL_CHECK(weights_allocated == (stage_ == 0) && gradients_allocated == (stage_ <= 1) &&
+                  (!lora_ || frozen_allocated == (stage_ <= 2)),
               "[parallel] the model for ZeRO stage {} must be built with "
               "DataParallelEngine::model_options",
               stage_);
+  if (lora_) {
+    frozen_plan_ = ShardPlan(model.parameters().layout(), mesh.data_world(), mesh.shape().fsdp,
+                             mesh.data_rank());
+  }
   ANVIL_CHECK(!mesh.offload() || model.backend().device().is_cpu(),
               "[parallel] optimizer offload is implemented for the cpu backend only, where "
               "optimizer state already lives in host memory; the {} backend cannot offload yet",
@@ -88,16 +89,36 @@ void DataParallelEngine::allocate_state(int micro_batches) {
   storage_.resize(static_cast<size_t>(plan_.group_count()));
   for (int g = 0; g < plan_.group_count(); ++g) {
     const GroupShard& s = plan_.group(g);
+    if (s.numel == 0) continue;  // nothing trains here (LoRA's embedding and head groups)
     GroupStorage& st = storage_[static_cast<size_t>(g)];
     if (stage_ == 1 || stage_ == 2) {
       st.replica = zeroed_buffer(backend, s.padded);
-      model_->bind_weights(g, whole(st.replica));
+      model_->bind_trainable_weights(g, whole(st.replica));
     }
     if (stage_ == 3) st.weight_shard = zeroed_buffer(backend, s.shard);
     if (stage_ >= 2) st.grad_shard = zeroed_buffer(backend, s.shard);
     if (stage_ <= 1 && running_sum_here) st.grad_sum = zeroed_buffer(backend, s.numel);
   }
-  if (stage_ == 3) weight_slots_ = SlotPool(backend, kWeightSlots, plan_.max_padded());
+  if (stage_ == 3) {
+    // A weight slot holds a group's trainable weights (f32) and, with LoRA, its frozen base
+    // (in the base's dtype) behind them: one gather of each fills it.
+    constexpr size_t kAlign = 64;
+    frozen_slot_offset_ = (static_cast<size_t>(plan_.max_padded()) * sizeof(float) + kAlign - 1) /
+                          kAlign * kAlign;
+    size_t slot_bytes = static_cast<size_t>(plan_.max_padded()) * sizeof(float);
+    if (lora_) {
+      const DType dtype = model_->parameters().dtype();
+      frozen_shards_.resize(static_cast<size_t>(frozen_plan_.group_count()));
+      for (int g = 0; g < frozen_plan_.group_count(); ++g) {
+        const int64_t shard = frozen_plan_.group(g).shard;
+        frozen_shards_[g] = Buffer(backend, static_cast<size_t>(shard) * dtype_size(dtype));
+        if (shard > 0) backend.fill_zero(frozen_shard(g));
+      }
+      slot_bytes = frozen_slot_offset_ +
+                   static_cast<size_t>(frozen_plan_.max_padded()) * dtype_size(dtype);
+    }
+    weight_slots_ = SlotPool(backend, kWeightSlots, slot_bytes);
+  }
   if (stage_ >= 2) {
     gradient_slots_ = SlotPool(backend, kGradientSlots, plan_.max_padded());
     if (micro_batches > 1) running_sum_slot_ = SlotPool(backend, 1, plan_.max_padded());
@@ -106,6 +127,17 @@ void DataParallelEngine::allocate_state(int micro_batches) {
 
 Tensor DataParallelEngine::model_weights(int group) const {
   return model_->trainable().group(group);
+}
+
+Tensor DataParallelEngine::frozen_shard(int group) const {
+  const DType dtype = model_->parameters().dtype();
+  return frozen_shards_[static_cast<size_t>(group)].as(dtype,
+                                                       Shape{frozen_plan_.group(group).shard});
+}
+
+Tensor DataParallelEngine::frozen_slot_view(int slot, int group) const {
+  return weight_slots_.view(slot, model_->parameters().dtype(), frozen_slot_offset_,
+                            frozen_plan_.group(group).padded);
 }
 
 Tensor DataParallelEngine::optimizer_weights(int group) const {
@@ -148,15 +180,12 @@ void DataParallelEngine::build_optimizer() {
 }
 
 void DataParallelEngine::init_weights(uint64_t seed) {
-  if (stage_ == 0) {
-    model_->init_weights(seed);
-    return;
-  }
   const ParameterLayout& layout = model_->trainable().layout();
   std::vector<float> host;
   for (int g = 0; g < plan_.group_count(); ++g) {
+    if (layout.group_numel(g) == 0) continue;
     host.resize(static_cast<size_t>(layout.group_numel(g)));
-    init_llama_group(model_->config(), layout, g, seed, host.data());
+    model_->init_trainable_group(g, seed, host.data());
     set_weights(g, 0, layout.group_numel(g), host.data());
   }
 }
@@ -196,6 +225,23 @@ void DataParallelEngine::gather_weights(int group, float* host) {
   }
   weight_slots_.wait(slot);
   model_->backend().copy_to_host(host, weight_slots_.tensor(slot, s.numel));
+}
+
+void DataParallelEngine::set_frozen_weights(int index, const float* values) {
+  ANVIL_CHECK(lora_, "[parallel] set_frozen_weights on a model without a frozen base");
+  if (stage_ < 3) {
+    model_->set_parameter(index, values);
+    return;
+  }
+  const ParameterInfo& info = model_->parameters().layout().params()[static_cast<size_t>(index)];
+  const GroupShard& s = frozen_plan_.group(info.group);
+  const int64_t first = std::max(info.offset, s.shard_begin);
+  const int64_t last = std::min(info.offset + info.numel(), s.shard_begin + s.shard_length);
+  if (first >= last) return;
+  weight_slots_.wait_all();
+  write_f32_values(model_->backend(), frozen_shard(info.group).flat(first - s.shard_begin, last - first),
+                   values + (first - info.offset));
+  weight_slots_.forget_cached();
 }
 
 Tensor DataParallelEngine::moment(int group, int which) const {
@@ -283,6 +329,7 @@ void DataParallelEngine::publish_weights() {
   std::vector<std::unique_ptr<CommHandle>> gathers;
   for (int g = 0; g < plan_.group_count(); ++g) {
     const GroupShard& s = plan_.group(g);
+    if (s.numel == 0) continue;
     const Tensor replica = whole(storage_[static_cast<size_t>(g)].replica);
     gathers.push_back(
         mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica));
@@ -322,39 +369,22 @@ LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(in
 
 MemoryReport DataParallelEngine::memory() const {
   MemoryReport report;
-  for (int g = 0; g < plan_.group_count(); ++g) {
-    const GroupShard& s = plan_.group(g);
-    const GroupStorage& st = storage_[static_cast<size_t>(g)];
-    const int64_t bytes = static_cast<int64_t>(sizeof(float));
-    report.weights += (stage_ == 0 ? s.numel : stage_ == 3 ? s.shard : s.padded) * bytes;
-    report.gradients += (stage_ <= 1 ? s.numel : s.shard) * bytes +
-                        static_cast<int64_t>(st.grad_sum.bytes());
-    if (st.optimizer_index >= 0) report.optimizer += 2 * s.shard_length * bytes;
+  const ModelMemory model = model_->memory();  // what the model allocated itself
+  report.frozen = static_cast<int64_t>(model.frozen);
+  report.weights = static_cast<int64_t>(model.trainable);
+  report.gradients = static_cast<int64_t>(model.gradients);
+  report.activations = static_cast<int64_t>(model.activations);
+  report.workspace = static_cast<int64_t>(model.compute_copies);
+  for (const Buffer& shard : frozen_shards_) report.frozen += static_cast<int64_t>(shard.bytes());
+  for (const GroupStorage& st : storage_) {
+    report.weights += static_cast<int64_t>(st.replica.bytes() + st.weight_shard.bytes());
+    report.gradients += static_cast<int64_t>(st.grad_shard.bytes() + st.grad_sum.bytes());
   }
-  report.slots = weight_slots_.bytes() + gradient_slots_.bytes() + running_sum_slot_.bytes();
-  report.activations = static_cast<int64_t>(model_->activation_bytes());
+  for (const NamedTensor& state : optimizer_->state_tensors())
+    report.optimizer += state.tensor.numel() * static_cast<int64_t>(dtype_size(state.tensor.dtype));
+  report.comm_buffers =
+      weight_slots_.bytes() + gradient_slots_.bytes() + running_sum_slot_.bytes();
   return report;
-}
-
-std::string DataParallelEngine::memory_table() {
-  const MemoryReport mine = memory();
-  const std::vector<int64_t> values = {mine.weights, mine.gradients, mine.optimizer, mine.slots,
-                                       mine.activations};
-  const std::vector<int64_t> all = all_gather_int64s(mesh_->world(), values);
-  const double params = static_cast<double>(model_->config().param_count());
-  std::string text = fmt::format("memory per rank ({}; {:.3f}M parameters, f32 weights, "
-                                 "gradients and AdamW m, v = 16 bytes/param unsharded):",
-                                 mesh_->describe(), params / 1e6);
-  for (size_t r = 0; r * values.size() < all.size(); ++r) {
-    const int64_t* v = all.data() + r * values.size();
-    const int64_t state = v[0] + v[1] + v[2];
-    text += fmt::format(
-        "\n  rank {}: weights {} | gradients {} | optimizer {} | slots {} | activations {} | "
-        "model state {:.2f} bytes/param | total {}",
-        r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]),
-        static_cast<double>(state) / params, mib(state + v[3] + v[4]));
-  }
-  return text;
 }
 
 }  // namespace anvil

@@ -1,7 +1,9 @@
 // DataParallelEngine: data parallelism and ZeRO stages 0-3 applied to a single-device
 // LlamaModel from outside, through its GroupHooks and flat per-group buffers. It trains
-// model.trainable(): every weight, or only the LoRA adapters (stage 0 only; a frozen base
-// needs no reduction and no optimizer state).
+// model.trainable(): every weight, or only the LoRA adapters. A frozen LoRA base has no
+// gradient and no optimizer state anywhere; under stage 3 it is sharded like trainable weights
+// (in its own dtype, f32 or bf16) and gathered with the adapters of its group into the same
+// slot before each use; under stages 0-2 every rank holds all of it.
 //   stage 0  weights, gradients and AdamW state replicated; each group's gradient is
 //            all-reduced as soon as its backward finishes, overlapping the rest of backward.
 //   stage 1  AdamW moments sharded over fsdp; each rank steps its shard of every group and
@@ -51,14 +53,18 @@ struct StepReport {
   bool applied = true;
 };
 
-// Bytes this rank holds, by kind.
+// Bytes this rank holds, by kind, counted from the buffers actually allocated.
 struct MemoryReport {
-  int64_t weights = 0;
+  int64_t frozen = 0;         // the frozen LoRA base (its shards under stage 3)
+  int64_t weights = 0;        // f32 trainable weights (their shards under stage 3)
   int64_t gradients = 0;
   int64_t optimizer = 0;      // AdamW m and v
-  int64_t slots = 0;          // gather / reduce buffers for full groups (stages 2 and 3)
+  int64_t comm_buffers = 0;   // gather / reduce slots for whole groups (stages 2 and 3)
   int64_t activations = 0;    // the model's activation arena
-  int64_t total() const { return weights + gradients + optimizer + slots + activations; }
+  int64_t workspace = 0;      // compute-dtype weight copies (mixed precision)
+  int64_t total() const {
+    return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;
+  }
 };
 
 class DataParallelEngine final : private GroupHooks {
@@ -102,14 +108,16 @@ class DataParallelEngine final : private GroupHooks {
   // Copies group g's full weights (layout group size) to host memory; collective over the
   // fsdp axis under stage 3.
   void gather_weights(int group, float* host);
+  // Writes the values of frozen base parameter `index` (layout order of model.parameters())
+  // into the part of them this rank holds, in the base's dtype (LoRA only).
+  void set_frozen_weights(int index, const float* values);
+  // Returns how the frozen base is cut (LoRA; an empty plan otherwise).
+  const ShardPlan& frozen_plan() const { return frozen_plan_; }
   // Returns AdamW's m (which = 0) or v (which = 1) for this rank's shard of group g:
   // elements [shard_begin, shard_begin + shard_length); undefined when the shard is empty.
   Tensor moment(int group, int which) const;
 
   MemoryReport memory() const;
-  // Returns one line per rank (world order) with its memory by kind; collective, the text is
-  // complete on world rank 0.
-  std::string memory_table();
 
  private:
   struct GroupStorage {
@@ -137,6 +145,9 @@ class DataParallelEngine final : private GroupHooks {
   void allocate_state(int micro_batches);
   void build_optimizer();
   Tensor model_weights(int group) const;
+  Tensor frozen_shard(int group) const;
+  // Returns the frozen part of weight slot `slot` for `group` (stage 3, LoRA).
+  Tensor frozen_slot_view(int slot, int group) const;
   Tensor optimizer_weights(int group) const;
   Tensor optimizer_gradients(int group) const;
   Tensor reduced_gradient_slice(int group) const;
@@ -168,6 +179,10 @@ class DataParallelEngine final : private GroupHooks {
   int head_;
   bool tied_;
   ShardPlan plan_;
+  bool lora_;
+  ShardPlan frozen_plan_;        // LoRA: the frozen base's groups over the same mesh
+  std::vector<Buffer> frozen_shards_;  // stage 3, LoRA: this rank's shard of each base group
+  size_t frozen_slot_offset_ = 0;      // byte offset of the frozen part in a weight slot
   std::vector<std::vector<ParamSpan>> spans_;
   std::vector<GroupStorage> storage_;
   std::unique_ptr<AdamW> optimizer_;

@@ -3,6 +3,7 @@
 // the same order (the model's hook sequence is fixed), so collectives match across ranks;
 // chained steps of a reduction start in FIFO order for the same reason.
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "model/llama_parameters.h"
@@ -63,11 +64,18 @@ void DataParallelEngine::after_backward(int group) {
 }
 
 void DataParallelEngine::start_weight_gather(int group, int slot) {
+  std::vector<std::unique_ptr<CommHandle>> gathers;
   const GroupShard& s = plan_.group(group);
-  const Tensor shard =
-      storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard});
-  weight_slots_.set_pending(
-      slot, mesh_->fsdp().all_gather_async(shard, weight_slots_.tensor(slot, s.padded)));
+  if (s.numel > 0) {
+    const Tensor shard =
+        storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard});
+    gathers.push_back(mesh_->fsdp().all_gather_async(shard, weight_slots_.tensor(slot, s.padded)));
+  }
+  if (lora_ && frozen_plan_.group(group).numel > 0) {
+    gathers.push_back(
+        mesh_->fsdp().all_gather_async(frozen_shard(group), frozen_slot_view(slot, group)));
+  }
+  weight_slots_.set_pending(slot, std::move(gathers));
 }
 
 void DataParallelEngine::acquire_weights(int group) {
@@ -84,7 +92,10 @@ void DataParallelEngine::acquire_weights(int group) {
   }
   weight_slots_.wait(slot);
   weight_slots_.set_in_use(slot, true);
-  model_->bind_weights(group, weight_slots_.tensor(slot, plan_.group(group).padded));
+  if (plan_.group(group).numel > 0) {
+    model_->bind_trainable_weights(group, weight_slots_.tensor(slot, plan_.group(group).padded));
+  }
+  if (lora_) model_->bind_weights(group, frozen_slot_view(slot, group));
   prefetch_next_weights();
 }
 
@@ -103,6 +114,7 @@ void DataParallelEngine::release_weights(int group) {
 }
 
 void DataParallelEngine::bind_gradient_slot(int group) {
+  if (plan_.group(group).numel == 0) return;  // nothing trains here
   int slot = gradient_slots_.take_without_waiting(group);
   while (slot < 0) {
     ANVIL_CHECK(scatter_pending(), "[parallel] every gradient slot is in use");
@@ -112,12 +124,12 @@ void DataParallelEngine::bind_gradient_slot(int group) {
   gradient_slots_.set_in_use(slot, true);
   const Tensor full = gradient_slots_.tensor(slot, plan_.group(group).padded);
   model_->backend().fill_zero(full);
-  model_->bind_gradients(group, full);
+  model_->bind_trainable_gradients(group, full);
   gradient_slot_of_[static_cast<size_t>(group)] = slot;
 }
 
 void DataParallelEngine::start_running_sum_gather(int group) {
-  if (micro_step_ == 0) return;
+  if (micro_step_ == 0 || plan_.group(group).numel == 0) return;
   // World rank 0 adds the running sum (the serial sum of every earlier micro-batch) to its
   // own term, so it needs the whole group: each rank sends its reduced slice.
   const GroupShard& s = plan_.group(group);

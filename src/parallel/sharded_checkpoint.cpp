@@ -15,6 +15,7 @@
 #include "core/divergence_error.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/peft_adapter.h"
 
 namespace anvil {
 namespace {
@@ -150,6 +151,37 @@ void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection
     }
     engine.set_weights(p.group, lo, hi - lo, values + (lo - p.offset));
   }
+}
+
+void write_engine_adapter(DataParallelEngine& engine, const std::filesystem::path& dir,
+                          const std::string& base_model_name_or_path) {
+  LlamaModel& model = engine.model();
+  const ParameterLayout& layout = model.trainable().layout();
+  std::vector<std::vector<float>> groups(static_cast<size_t>(layout.group_count()));
+  for (int g = 0; g < layout.group_count(); ++g) {
+    groups[g].resize(static_cast<size_t>(layout.group_numel(g)));
+    engine.gather_weights(g, groups[g].data());  // collective under stage 3
+  }
+  if (engine.mesh().world().rank() != 0) return;
+  write_peft_adapter(
+      dir, model.options().lora, layout,
+      [&](int index, float* values) {
+        const ParameterInfo& p = layout.params()[static_cast<size_t>(index)];
+        std::copy_n(groups[p.group].data() + p.offset, p.numel(), values);
+      },
+      base_model_name_or_path);
+}
+
+void read_engine_adapter(DataParallelEngine& engine, const std::filesystem::path& dir) {
+  LlamaModel& model = engine.model();
+  ANVIL_CHECK(model.lora_enabled(), "[peft] {}: the model was built without LoRA adapters",
+              dir.string());
+  const ParameterLayout& layout = model.trainable().layout();
+  read_peft_adapter_weights(dir, model.options().lora, layout,
+                            [&](int index, const float* values) {
+                              const ParameterInfo& p = layout.params()[static_cast<size_t>(index)];
+                              engine.set_weights(p.group, p.offset, p.numel(), values);
+                            });
 }
 
 void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {

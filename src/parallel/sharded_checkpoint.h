@@ -39,6 +39,14 @@ void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::pa
 // Hugging Face folder's shards), each rank the part it holds (model.init_from).
 void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection& tensors);
 
+// Writes the LoRA adapters the engine trains as a PEFT adapter folder (adapter_config.json +
+// adapter_model.safetensors) into `dir`: every rank takes part in the gathers of sharded
+// groups, world rank 0 writes. Collective over the mesh.
+void write_engine_adapter(DataParallelEngine& engine, const std::filesystem::path& dir,
+                          const std::string& base_model_name_or_path);
+// Loads a PEFT adapter folder into the adapters each rank holds. No communication.
+void read_engine_adapter(DataParallelEngine& engine, const std::filesystem::path& dir);
+
 // Returns the optimizer step recorded in a checkpoint folder's optimizer file(s).
 int64_t checkpoint_optimizer_step(const std::filesystem::path& dir);
 

@@ -6,11 +6,9 @@
 
 namespace anvil {
 
-SlotPool::SlotPool(Backend& backend, int count, int64_t elements) {
+SlotPool::SlotPool(Backend& backend, int count, size_t bytes) {
   slots_.resize(static_cast<size_t>(count));
-  for (Slot& slot : slots_) {
-    slot.buffer = Buffer(backend, static_cast<size_t>(elements) * sizeof(float));
-  }
+  for (Slot& slot : slots_) slot.buffer = Buffer(backend, bytes);
 }
 
 int64_t SlotPool::bytes() const {
@@ -19,11 +17,14 @@ int64_t SlotPool::bytes() const {
   return total;
 }
 
-Tensor SlotPool::tensor(int s, int64_t elements) const {
+Tensor SlotPool::view(int s, DType dtype, size_t byte_offset, int64_t elements) const {
   const Buffer& buffer = slots_[static_cast<size_t>(s)].buffer;
-  ANVIL_CHECK(static_cast<size_t>(elements) * sizeof(float) <= buffer.bytes(),
-              "[parallel] slot of {} bytes cannot hold {} elements", buffer.bytes(), elements);
-  return buffer.as(DType::f32, Shape{elements});
+  const size_t end = byte_offset + static_cast<size_t>(elements) * dtype_size(dtype);
+  ANVIL_CHECK(end <= buffer.bytes(), "[parallel] slot of {} bytes cannot hold {} bytes at {}",
+              buffer.bytes(), end - byte_offset, byte_offset);
+  const int64_t offset = static_cast<int64_t>(byte_offset / dtype_size(dtype));
+  return buffer.as(dtype, Shape{static_cast<int64_t>(buffer.bytes() / dtype_size(dtype))})
+      .flat(offset, elements);
 }
 
 int SlotPool::find(int group) const {
@@ -36,7 +37,7 @@ int SlotPool::pick(bool allow_waiting) {
   int best = -1;
   for (int s = 0; s < count(); ++s) {
     const Slot& slot = slots_[static_cast<size_t>(s)];
-    if (slot.in_use || slot.pending) continue;
+    if (slot.in_use || !slot.pending.empty()) continue;
     if (best < 0 || slot.last_taken < slots_[static_cast<size_t>(best)].last_taken) best = s;
   }
   if (best >= 0 || !allow_waiting) return best;
@@ -69,23 +70,24 @@ int SlotPool::take_without_waiting(int group) {
   return s;
 }
 
-void SlotPool::set_pending(int s, std::unique_ptr<CommHandle> handle) {
+void SlotPool::set_pending(int s, std::vector<std::unique_ptr<CommHandle>> handles) {
   Slot& slot = slots_[static_cast<size_t>(s)];
   wait(s);
-  slot.pending = std::move(handle);
+  slot.pending = std::move(handles);
   slot.pending_order = ++clock_;
 }
 
 void SlotPool::wait(int s) {
   Slot& slot = slots_[static_cast<size_t>(s)];
-  if (!slot.pending) return;
-  slot.pending->wait();
-  slot.pending.reset();
+  for (auto& handle : slot.pending) handle->wait();
+  slot.pending.clear();
 }
 
 void SlotPool::poll() {
   for (Slot& slot : slots_) {
-    if (slot.pending && slot.pending->test()) slot.pending.reset();
+    bool done = true;
+    for (auto& handle : slot.pending) done = handle->test() && done;
+    if (done) slot.pending.clear();
   }
 }
 

@@ -23,12 +23,17 @@ class SlotPool {
  public:
   SlotPool() = default;
   // Allocates `count` slots of `elements` f32 each (none when count is 0).
-  SlotPool(Backend& backend, int count, int64_t elements);
+  SlotPool(Backend& backend, int count, int64_t elements)
+      : SlotPool(backend, count, static_cast<size_t>(elements) * sizeof(float)) {}
+  // Allocates `count` slots of `bytes` bytes each (uninitialised).
+  SlotPool(Backend& backend, int count, size_t bytes);
 
   int count() const { return static_cast<int>(slots_.size()); }
   int64_t bytes() const;
-  // Returns the first `elements` of slot s.
-  Tensor tensor(int s, int64_t elements) const;
+  // Returns the first `elements` of slot s as f32.
+  Tensor tensor(int s, int64_t elements) const { return view(s, DType::f32, 0, elements); }
+  // Returns `elements` of `dtype` starting `byte_offset` bytes into slot s.
+  Tensor view(int s, DType dtype, size_t byte_offset, int64_t elements) const;
   // Returns the slot that holds (or is receiving) `group`, or -1.
   int find(int group) const;
   // Returns a slot for `group`, neither in use nor pending, forgetting what it held; waits for
@@ -40,8 +45,8 @@ class SlotPool {
 
   void set_in_use(int s, bool in_use) { slots_[static_cast<size_t>(s)].in_use = in_use; }
   bool in_use(int s) const { return slots_[static_cast<size_t>(s)].in_use; }
-  // Records the collective that now reads or writes slot s.
-  void set_pending(int s, std::unique_ptr<CommHandle> handle);
+  // Records the collectives that now read or write slot s (after waiting for earlier ones).
+  void set_pending(int s, std::vector<std::unique_ptr<CommHandle>> handles);
   // Waits for slot s's collective, if any.
   void wait(int s);
   // Advances every pending collective without blocking.
@@ -56,7 +61,7 @@ class SlotPool {
     Buffer buffer;
     int group = -1;
     bool in_use = false;
-    std::unique_ptr<CommHandle> pending;
+    std::vector<std::unique_ptr<CommHandle>> pending;  // empty when none is in flight
     uint64_t pending_order = 0;  // when the pending collective started
     uint64_t last_taken = 0;
   };

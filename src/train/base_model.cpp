@@ -1,8 +1,9 @@
-// Base weights, base identity and the memory breakdown of fine-tuning runs (see base_model.h).
+// Base weights and base identity of fine-tuning runs (see base_model.h).
 #include "train/base_model.h"
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -15,10 +16,6 @@ namespace {
 
 constexpr const char* kBaseRecordFile = "base_model.json";
 
-std::string mib(size_t bytes) {
-  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-}
-
 }  // namespace
 
 LoraOptions lora_options_from(const LoraConfigSection& lora) {
@@ -30,16 +27,34 @@ LoraOptions lora_options_from(const LoraConfigSection& lora) {
   return options;
 }
 
-void load_base_weights(const std::filesystem::path& dir, LlamaModel& model) {
+namespace {
+
+void load_base_tensors(const std::filesystem::path& dir, const LlamaConfig& config,
+                       const ParameterLayout& layout,
+                       const std::function<void(int, const float*)>& set_values) {
   const SafetensorsCollection tensors = open_hf_tensors(dir);
-  check_hf_tensors(tensors, model.config());
-  const std::vector<ParameterInfo>& infos = model.parameters().layout().params();
+  check_hf_tensors(tensors, config);
+  const std::vector<ParameterInfo>& infos = layout.params();
   std::vector<float> values;
   for (size_t i = 0; i < infos.size(); ++i) {
     values.resize(static_cast<size_t>(infos[i].numel()));
     tensors.at(infos[i].name).read_f32(values);
-    model.set_parameter(static_cast<int>(i), values.data());
+    set_values(static_cast<int>(i), values.data());
   }
+}
+
+}  // namespace
+
+void load_base_weights(const std::filesystem::path& dir, LlamaModel& model) {
+  load_base_tensors(dir, model.config(), model.parameters().layout(),
+                    [&](int index, const float* values) { model.set_parameter(index, values); });
+}
+
+void load_base_weights(const std::filesystem::path& dir, DataParallelEngine& engine) {
+  load_base_tensors(dir, engine.model().config(), engine.model().parameters().layout(),
+                    [&](int index, const float* values) {
+                      engine.set_frozen_weights(index, values);
+                    });
 }
 
 std::string base_config_hash(const std::filesystem::path& dir) {
@@ -73,23 +88,6 @@ void check_base_record(const std::filesystem::path& checkpoint_dir,
               "[checkpoint] {}: these adapters were trained on the base {} (config.json hash "
               "{}), but {} has config.json hash {}; use the same base model",
               checkpoint_dir.string(), recorded_path, recorded_hash, base_dir.string(), current);
-}
-
-std::string finetune_memory_table(const LlamaModel& model, int64_t optimizer_bytes) {
-  const ModelMemory memory = model.memory();
-  const size_t total = memory.base_weights + memory.trainable + memory.gradients +
-                       static_cast<size_t>(optimizer_bytes) + memory.activations;
-  const int64_t all_params = model.config().param_count();
-  return fmt::format(
-      "memory: base weights {} ({}) | {} parameters {} ({} trainable, {:.3f}% of {}) | "
-      "gradients {} | optimizer state {} | activations {} | total {}",
-      mib(memory.base_weights),
-      model.lora_enabled() ? fmt::format("frozen, {}", dtype_name(model.options().compute_dtype))
-                           : std::string("compute-dtype copies; the masters are trainable"),
-      model.lora_enabled() ? "LoRA" : "trainable", mib(memory.trainable), memory.trainable_count,
-      100.0 * static_cast<double>(memory.trainable_count) / static_cast<double>(all_params),
-      all_params, mib(memory.gradients), mib(static_cast<size_t>(optimizer_bytes)),
-      mib(memory.activations), mib(total));
 }
 
 }  // namespace anvil

@@ -111,11 +111,9 @@ void CheckpointStore::write_files(DataParallelEngine& engine, const TrainProgres
   const std::filesystem::path staging = manager_.staging_dir(progress.step);
   const bool lora = engine.model().lora_enabled();
   if (lora) {
-    // Every rank holds the same adapters (stage 0): rank 0 writes them once.
-    if (root) {
-      save_peft_adapter(staging, engine.model(), config.model.init_from);
-      write_base_record(staging, config.model.init_from);
-    }
+    // The adapters are gathered from their shards (stage 3) and world rank 0 writes them.
+    write_engine_adapter(engine, staging, config.model.init_from);
+    if (root) write_base_record(staging, config.model.init_from);
     write_engine_optimizer(engine, staging);
   } else {
     write_engine_checkpoint(engine, staging);
@@ -175,7 +173,7 @@ std::optional<std::filesystem::path> select_resume_checkpoint(const std::string&
 
 TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngine& engine) {
   if (engine.model().lora_enabled()) {
-    load_peft_adapter(dir, engine.model());
+    read_engine_adapter(engine, dir);
     read_engine_optimizer(engine, dir);
   } else {
     read_engine_checkpoint(engine, dir);

@@ -98,6 +98,9 @@ struct LoraConfigSection {
   double dropout = 0.0;
   std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   std::string init_from;  // PEFT adapter folder the adapters start from (empty: fresh init)
+  // The dtype the frozen base is held in: auto (training.dtype), f32, or bf16 (needs
+  // training.dtype = bf16).
+  std::string base_dtype = "auto";
 };
 
 struct EvalConfigSection {

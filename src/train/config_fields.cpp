@@ -81,6 +81,8 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(lora, dropout, "adapter input dropout"),
       ANVIL_CONFIG_FIELD(lora, targets, "modules that get adapters"),
       ANVIL_CONFIG_FIELD(lora, init_from, "PEFT adapter folder to continue from (empty: fresh)"),
+      ANVIL_CONFIG_FIELD(lora, base_dtype,
+                         "dtype of the frozen base: auto (training.dtype), f32 or bf16"),
       ANVIL_CONFIG_FIELD(eval, batch_size, "sequences per eval batch (0: training.batch_size)"),
       ANVIL_CONFIG_FIELD(logging, every, "plain progress line every N steps"),
       ANVIL_CONFIG_FIELD(logging, json, "print a JSON summary as the last stdout line"),

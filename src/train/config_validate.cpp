@@ -112,11 +112,15 @@ void validate_rest(const TrainConfig& config) {
               "[config] lora.init_from = {} continues a LoRA adapter, but lora.r = 0 trains no "
               "adapters",
               config.lora.init_from);
-  ANVIL_CHECK(config.lora.r == 0 || config.parallel.zero_stage == 0,
-              "[config] LoRA (lora.r = {}) runs with parallel.zero_stage = 0: every rank keeps "
-              "the whole adapter set, and data parallelism still splits the batch; got "
-              "parallel.zero_stage = {}",
-              config.lora.r, config.parallel.zero_stage);
+  ANVIL_CHECK(config.lora.base_dtype == "auto" || config.lora.base_dtype == "f32" ||
+                  config.lora.base_dtype == "bf16",
+              "[config] lora.base_dtype must be auto, f32 or bf16, got '{}'",
+              config.lora.base_dtype);
+  ANVIL_CHECK(config.lora.base_dtype != "bf16" || config.training.dtype == "bf16",
+              "[config] lora.base_dtype = bf16 feeds the bf16 base to the GEMMs as it is, which "
+              "needs training.dtype = bf16 (got training.dtype = {}); use lora.base_dtype = f32 "
+              "or auto",
+              config.training.dtype);
   ANVIL_CHECK(config.lora.alpha > 0, "[config] lora.alpha must be > 0, got {}", config.lora.alpha);
   ANVIL_CHECK(config.lora.dropout >= 0 && config.lora.dropout < 1,
               "[config] lora.dropout must be in [0, 1), got {}", config.lora.dropout);

@@ -29,12 +29,14 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threading.h"
+#include "io/file_util.h"
 #include "model/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/peft_adapter.h"
 #include "optim/lr_schedule.h"
 #include "parallel/engine.h"
 #include "parallel/sharded_checkpoint.h"
+#include "parallel/sharding_report.h"
 #include "train/checkpointing.h"
 #include "train/data_sources.h"
 #include "train/metrics.h"
@@ -48,6 +50,9 @@ namespace anvil {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The sharding and memory report of the run (sharding_report.h), in the run directory.
+constexpr const char* kShardingReportFile = "sharding.json";
 
 double seconds_between(Clock::time_point begin, Clock::time_point end) {
   return std::chrono::duration<double>(end - begin).count();
@@ -134,6 +139,8 @@ class Trainer {
   void load_initial_weights();
   // Loads the frozen base of a LoRA run from model.init_from (checked against [model]).
   void load_base_model();
+  // Prints the sharding and memory report and writes it to the run directory (collective).
+  void report_sharding();
   StepOutcome train_step(int64_t step);
   EvalRecord evaluate(int64_t step);
   // Saves a checkpoint of the current step; with checkpoint.on_error = "continue" a failed
@@ -212,6 +219,8 @@ Trainer::Trainer(const TrainRunOptions& options)
   model_options.activation_checkpointing = config_.training.activation_checkpointing;
   model_options.decay_embeddings = config_.optimizer.decay_embeddings;
   model_options.lora = lora_options_from(config_.lora);
+  if (model_options.lora.enabled() && config_.lora.base_dtype != "auto")
+    model_options.lora_base_dtype = parse_dtype(config_.lora.base_dtype);
   ParallelSettings parallel;
   parallel.dp = static_cast<int>(config_.parallel.dp);
   parallel.fsdp = static_cast<int>(config_.parallel.fsdp);
@@ -266,16 +275,16 @@ void Trainer::load_base_model() {
               "[train] model.init_from {} holds a model with {}, but the [model] section "
               "describes {}; make them agree",
               base.string(), theirs.summary(), llama_.summary());
-  load_base_weights(base, *model_);
+  load_base_weights(base, *engine_);
 }
 
 void Trainer::load_initial_weights() {
   if (model_->lora_enabled()) {
     load_base_model();
     if (config_.lora.init_from.empty()) {
-      model_->init_lora(static_cast<uint64_t>(config_.training.seed));
+      engine_->init_weights(static_cast<uint64_t>(config_.training.seed));
     } else {
-      load_peft_adapter(config_.lora.init_from, *model_);
+      read_engine_adapter(*engine_, config_.lora.init_from);
     }
     message(fmt::format("base weights from {} (frozen); LoRA adapters r={} alpha={} on {}, {}",
                         config_.model.init_from, config_.lora.r, config_.lora.alpha,
@@ -460,7 +469,26 @@ void Trainer::save_checkpoint(bool stopping) {
                       seconds_between(begin, Clock::now())));
 }
 
+void Trainer::report_sharding() {
+  const ShardingReport report = sharding_report(*engine_);  // collective
+  message(report.text);
+  if (root_) write_file_atomic(run_.root / kShardingReportFile, report.json.dump(2) + "\n");
+}
+
 TrainResult Trainer::run() {
+  if (options_.dry_run) {
+    // Everything is built and allocated (model, engine, optimizer, data); no weight is read.
+    if (root_) create_run_dir(run_.root);
+    world_.barrier();
+    message(fmt::format("model {} ({:.2f}M parameters)", llama_.summary(),
+                        static_cast<double>(llama_.param_count()) / 1e6));
+    report_sharding();
+    message(fmt::format("dry run: nothing trained; the report is in {}",
+                        (run_.root / kShardingReportFile).string()));
+    TrainResult result;
+    result.run_dir = run_.root;
+    return result;
+  }
   start_or_resume();
   std::optional<MetricsWriter> metrics;
   if (root_) metrics.emplace(run_.metrics_path(), last_saved_step_);
@@ -477,12 +505,7 @@ TrainResult Trainer::run() {
   message(fmt::format("data {}", data_.description));
   message(fmt::format("{} steps x {} sequences x {} tokens = {} tokens per step", total_steps,
                       global_rows, seq_len_, tokens_per_step));
-  if (model_->lora_enabled()) {
-    message(finetune_memory_table(*model_, engine_->memory().optimizer));
-  } else {
-    const std::string memory = engine_->memory_table();  // collective
-    message(memory);
-  }
+  report_sharding();
 
   watch(-1, nullptr);
   if (progress_.step == total_steps) {

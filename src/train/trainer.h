@@ -25,6 +25,8 @@ struct TrainRunOptions {
   std::string backend = "cpu";
   std::string resume_command;  // the exact command that continues this run
   Communicator* world = nullptr;  // the ranks that train together; null: anvil::world()
+  // Build everything, print and write the sharding and memory report, train nothing.
+  bool dry_run = false;
 };
 
 struct TrainResult {

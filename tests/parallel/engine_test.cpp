@@ -8,6 +8,7 @@
 
 #include "optim/adamw.h"
 #include "parallel/shard_plan.h"
+#include "parallel/sharding_report.h"
 #include "parallel_test_util.h"
 
 namespace anvil {
@@ -145,14 +146,16 @@ TEST(EngineSingleProcess, MemoryFollowsTheStage) {
   EXPECT_EQ(m0.weights, m0.gradients);
   EXPECT_EQ(m0.optimizer, 2 * m0.weights);
   EXPECT_GE(m0.weights, 4 * params);
-  EXPECT_EQ(m0.slots, 0);
+  EXPECT_EQ(m0.comm_buffers, 0);
   EXPECT_GT(m0.activations, 0);
   spec.zero_stage = 3;
   Harness stage3(*comm, spec);
   const MemoryReport m3 = stage3.engine().memory();
   EXPECT_EQ(m3.optimizer, m0.optimizer);  // one rank holds every shard
-  EXPECT_GT(m3.slots, 0);
-  EXPECT_NE(stage3.engine().memory_table().find("rank 0: weights"), std::string::npos);
+  EXPECT_GT(m3.comm_buffers, 0);
+  const std::string table = sharding_report(stage3.engine()).text;
+  EXPECT_NE(table.find("memory per rank"), std::string::npos) << table;
+  EXPECT_NE(table.find("layers.*.self_attn.q_proj"), std::string::npos) << table;
 }
 
 TEST(EngineSingleProcess, RejectsAModelBuiltForAnotherStage) {

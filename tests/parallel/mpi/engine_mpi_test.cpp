@@ -4,6 +4,7 @@
 // single-process communicator, so no second job is needed.
 #include <gtest/gtest.h>
 
+#include "parallel/sharding_report.h"
 #include "parallel_test_util.h"
 
 namespace anvil {
@@ -90,10 +91,10 @@ TEST(DistributedMemory, StageThreeHoldsAboutOneNthOfTheModelState) {
   const int64_t padding = 16 * 4 * world.size() * 4 * sharded.engine().plan().group_count();
   EXPECT_LE(state_part, state_full / world.size() + padding);
   EXPECT_GE(state_part, state_full / world.size());
-  const std::string table = sharded.engine().memory_table();
-  if (world.rank() == 0) {
-    EXPECT_NE(table.find("rank " + std::to_string(world.size() - 1) + ":"), std::string::npos);
-  }
+  const ShardingReport report = sharding_report(sharded.engine());
+  ASSERT_EQ(report.json["memory_per_rank"].size(), static_cast<size_t>(world.size()));
+  EXPECT_EQ(report.json["memory_per_rank"][world.rank()]["optimizer"].get<int64_t>(),
+            part.optimizer);
 }
 
 }  // namespace

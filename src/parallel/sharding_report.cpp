@@ -1,0 +1,163 @@
+// The sharding and memory report (see sharding_report.h). A group's flat buffer is cut into
+// fsdp shards; a tensor's part of this rank's shard is the overlap of its [offset, offset +
+// numel) with the shard's elements, which is what the rows show.
+#include "parallel/sharding_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "model/llama_parameters.h"
+#include "parallel/collectives.h"
+
+namespace anvil {
+namespace {
+
+// Returns the shape string of `elements` consecutive values of a tensor of `shape` starting
+// at element `first`: whole rows as (rows x cols), otherwise a plain element count.
+std::string part_shape(const Shape& shape, int64_t first, int64_t elements) {
+  if (elements == 0) return "-";
+  if (shape.rank() == 2 && first % shape[1] == 0 && elements % shape[1] == 0)
+    return fmt::format("{}x{}", elements / shape[1], shape[1]);
+  if (shape.rank() == 2 && elements != shape.numel()) return fmt::format("{} el", elements);
+  if (shape.rank() == 2) return fmt::format("{}x{}", shape[0], shape[1]);
+  return fmt::format("{}", elements);
+}
+
+// Returns "model.layers.0.self_attn.q_proj.weight" as "layers.*.self_attn.q_proj" (rows
+// describe layer 0; every layer's group has the same layout and hence the same cut), or an
+// empty string for a tensor of another layer.
+std::string row_name(const std::string& name) {
+  std::string shown = name;
+  const std::string layer0 = "model.layers.0.";
+  if (shown.rfind("model.layers.", 0) == 0) {
+    if (shown.rfind(layer0, 0) != 0) return "";
+    shown = "layers.*." + shown.substr(layer0.size());
+  } else if (shown.rfind("model.", 0) == 0) {
+    shown = shown.substr(6);
+  }
+  const std::string suffix = ".weight";
+  if (shown.size() > suffix.size() && shown.ends_with(suffix))
+    shown.resize(shown.size() - suffix.size());
+  return shown;
+}
+
+struct TensorRow {
+  std::string name;
+  nlohmann::json json;
+  std::array<std::string, 5> cells;  // global, here, dtype, kind, split
+};
+
+// Describes every tensor of `layout` (cut by `plan`); `sharded` names the states of these
+// tensors that are split over fsdp ("" when none is).
+void describe_layout(const ParameterLayout& layout, const ShardPlan& plan, bool weights_sharded,
+                     DType dtype, bool trainable, const std::string& sharded, int fsdp,
+                     std::vector<TensorRow>& rows) {
+  for (const ParameterInfo& p : layout.params()) {
+    const GroupShard& s = plan.group(p.group);
+    int64_t first = p.offset, last = p.offset + p.numel();
+    if (weights_sharded) {
+      first = std::max(first, s.shard_begin);
+      last = std::max(first, std::min(last, s.shard_begin + s.shard_length));
+    }
+    const int64_t here = last - first;
+    std::vector<int64_t> dims;
+    for (int i = 0; i < p.shape.rank(); ++i) dims.push_back(p.shape[i]);
+    TensorRow row;
+    row.name = row_name(p.name);
+    row.json = {{"name", p.name},
+                {"group", p.group},
+                {"global_shape", dims},
+                {"dtype", dtype_name(dtype)},
+                {"trainable", trainable},
+                {"elements_here", here},
+                {"first_element_here", here > 0 ? first - p.offset : 0},
+                {"split_over_fsdp", sharded.empty() || fsdp == 1 ? nlohmann::json::array()
+                                                                  : nlohmann::json(sharded)},
+                {"replicated_over", nlohmann::json::array({"dp"})}};
+    row.cells = {part_shape(p.shape, 0, p.numel()), part_shape(p.shape, first - p.offset, here),
+                 std::string(dtype_name(dtype)), std::string(trainable ? "train" : "frozen"),
+                 sharded.empty() || fsdp == 1 ? std::string("-") : sharded + ":fsdp"};
+    rows.push_back(std::move(row));
+  }
+}
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.2f}", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+ShardingReport sharding_report(DataParallelEngine& engine) {
+  const DeviceMesh& mesh = engine.mesh();
+  const int stage = engine.zero_stage();
+  const int fsdp = mesh.shape().fsdp;
+  LlamaModel& model = engine.model();
+  std::vector<TensorRow> rows;
+  if (model.lora_enabled()) {
+    describe_layout(model.parameters().layout(), engine.frozen_plan(), stage == 3,
+                    model.parameters().dtype(), false, stage == 3 ? "w" : "", fsdp, rows);
+  }
+  static const std::array<const char*, 4> kTrainableSplit = {"", "o", "g,o", "w,g,o"};
+  describe_layout(model.trainable().layout(), engine.plan(), stage == 3, DType::f32, true,
+                  kTrainableSplit[static_cast<size_t>(stage)], fsdp, rows);
+
+  ShardingReport report;
+  report.json["mesh"] = {{"world", mesh.data_world()},
+                         {"dp", mesh.shape().dp},
+                         {"fsdp", fsdp},
+                         {"tp", mesh.shape().tp},
+                         {"zero_stage", stage}};
+  report.json["tensors"] = nlohmann::json::array();
+  size_t width = 6;
+  for (const TensorRow& row : rows) {
+    report.json["tensors"].push_back(row.json);
+    width = std::max(width, row.name.size());
+  }
+  width = std::min<size_t>(width, 34);
+  report.text = fmt::format("sharding ({}; rank 0's part; w/g/o = weights, gradients, "
+                            "optimizer state):\n",
+                            mesh.describe());
+  report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9}\n", "tensor", width,
+                             "global", "here", "dtype", "kind", "split");
+  for (const TensorRow& row : rows) {
+    if (row.name.empty()) continue;  // a later layer: the same as layer 0
+    report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9}\n", row.name, width,
+                               row.cells[0], row.cells[1], row.cells[2], row.cells[3],
+                               row.cells[4]);
+  }
+
+  const MemoryReport mine = engine.memory();
+  const std::vector<int64_t> values = {mine.frozen,       mine.weights,     mine.gradients,
+                                       mine.optimizer,    mine.comm_buffers, mine.activations,
+                                       mine.workspace};
+  const std::vector<int64_t> all = all_gather_int64s(mesh.world(), values);
+  static const std::array<const char*, 7> kKinds = {"frozen", "weights", "gradients",
+                                                    "optimizer", "comm_buffers", "activations",
+                                                    "workspace"};
+  report.json["memory_per_rank"] = nlohmann::json::array();
+  report.text += "memory per rank, MiB (the buffers this run allocated):\n";
+  report.text += fmt::format("  {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "rank",
+                             "frozen", "weights", "grads", "optim", "comm", "activ", "work",
+                             "total");
+  for (size_t r = 0; r * values.size() < all.size(); ++r) {
+    const int64_t* v = all.data() + r * values.size();
+    nlohmann::json entry = {{"rank", r}};
+    int64_t total = 0;
+    for (size_t k = 0; k < values.size(); ++k) {
+      entry[kKinds[k]] = v[k];
+      total += v[k];
+    }
+    entry["total"] = total;
+    report.json["memory_per_rank"].push_back(entry);
+    report.text += fmt::format("  {:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n", r,
+                               mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]), mib(v[5]),
+                               mib(v[6]), mib(total));
+  }
+  if (!report.text.empty() && report.text.back() == '\n') report.text.pop_back();
+  return report;
+}
+
+}  // namespace anvil

@@ -1,0 +1,24 @@
+// The sharding and memory report printed at the start of every training and fine-tuning run
+// (and by --dry-run): for each parameter, its global shape, the part of it this rank holds,
+// its dtype, whether it trains, and which of its states are split over which mesh axis; for
+// each rank, the bytes it holds by kind, read from the engine's and the model's actual
+// buffers (DataParallelEngine::memory). The same content goes to the run directory as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "parallel/engine.h"
+
+namespace anvil {
+
+struct ShardingReport {
+  nlohmann::json json;  // {"mesh", "tensors": [...], "memory_per_rank": [...]}
+  std::string text;     // the same, on 80 columns: one row per tensor kind, one per rank
+};
+
+// Builds the report; collective over the world (every rank's memory is gathered). The
+// tensor rows describe world rank 0's view (each rank of a mesh holds equal-sized parts).
+ShardingReport sharding_report(DataParallelEngine& engine);
+
+}  // namespace anvil
