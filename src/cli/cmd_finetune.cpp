@@ -5,6 +5,7 @@
 // the run directory: adapter/ (a PEFT adapter) for LoRA, hf/ (a Hugging Face model) for --full.
 // Running the same command again continues the run from its newest checkpoint.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/parameter_table.h"
 #include "parallel/collectives.h"
 #include "train/config.h"
 #include "train/finetune.h"
@@ -25,13 +27,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kFooter = R"(
+// The LoRA paragraph of the help text; the target names come from the parameter table.
+std::string lora_help() {
+  return fmt::format(
+      R"(
 LoRA (default): the base weights are frozen (bf16 with --training.dtype=bf16) and only the
-adapters train: --lora.r 8 --lora.alpha 16 --lora.dropout 0.05 --lora.targets=q_proj,k_proj,
-v_proj,o_proj by default (any of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj).
+adapters train: --lora.r 8 --lora.alpha 16 --lora.dropout 0.05
+--lora.targets={} by default; the targets may be any of
+{}.
 --full trains every weight instead (it takes no --lora.* flags). --adapter DIR continues a PEFT
 adapter (made by anvil or by peft): its settings and values start the run.
+)",
+      fmt::join(default_lora_targets(), ","), fmt::join(lora_module_names(), " "));
+}
 
+constexpr const char* kFooter = R"(
 Data: a .jsonl file of chat records {"messages": [{"role": "user", "content": ...}, ...]} or
 alpaca records {"instruction", "input", "output"}, rendered with --chat-template (default: the
 tokenizer's, see docs/finetune.md) with the loss on assistant tokens only, or a folder made by
@@ -84,7 +94,7 @@ int run_finetune(const std::vector<std::string>& raw_args) {
   app.add_option("--backend", backend, "cpu, cpu-ref or cuda")->capture_default_str();
   ThreadOption threads;
   threads.add_to(app);
-  app.footer(kFooter);
+  app.footer(lora_help() + kFooter);
   if (!parse_args(app, args)) return 0;
   threads.configure();
 

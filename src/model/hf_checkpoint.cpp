@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "model/parameter_table.h"
 
 namespace anvil {
 namespace {
@@ -38,19 +39,19 @@ std::vector<float> read_entry_f32(const SafetensorsEntry& entry) {
   return values;
 }
 
-// Checks that a tied checkpoint's lm_head.weight is the embedding table itself.
+// Checks that a tied checkpoint's lm head tensor is the embedding table itself.
 void check_tied_head(const SafetensorsCollection& tensors, const SafetensorsEntry& head,
-                     const std::vector<int64_t>& expected) {
+                     const LlamaConfig& config) {
+  const ParamRow& embedding = param_row(ParamRole::embedding);
+  const std::vector<int64_t> expected = dims_of(param_shape(param_row(ParamRole::head), config));
   ANVIL_CHECK(head.shape == expected && is_float_dtype(head.dtype),
-              "[hf-checkpoint] {}: tensor 'lm_head.weight' ({} {}) cannot be the tied embedding "
-              "table ({})",
-              head.file, head.dtype, format_dims(head.shape), format_dims(expected));
+              "[hf-checkpoint] {}: tensor '{}' ({} {}) cannot be the tied embedding table ({})",
+              head.file, head.name, head.dtype, format_dims(head.shape), format_dims(expected));
   const std::vector<float> head_values = read_entry_f32(head);
-  const std::vector<float> table = read_entry_f32(tensors.at("model.embed_tokens.weight"));
+  const std::vector<float> table = read_entry_f32(tensors.at(hf_param_name(embedding, 0)));
   ANVIL_CHECK(std::memcmp(head_values.data(), table.data(), table.size() * sizeof(float)) == 0,
-              "[hf-checkpoint] {}: tie_word_embeddings is true but 'lm_head.weight' differs from "
-              "'model.embed_tokens.weight'",
-              head.file);
+              "[hf-checkpoint] {}: tie_word_embeddings is true but '{}' differs from '{}'",
+              head.file, head.name, hf_param_name(embedding, 0));
 }
 
 // Copies one checked entry into an f32 tensor on the model's backend.
@@ -157,8 +158,8 @@ void check_hf_tensors(const SafetensorsCollection& tensors, const LlamaConfig& c
   }
   for (const std::string& name : tensors.names()) {
     if (layout->find(name) >= 0 || is_ignored_hf_tensor(name)) continue;
-    if (config.tie_embeddings && name == "lm_head.weight") {
-      check_tied_head(tensors, tensors.at(name), {config.vocab_size, config.dim});
+    if (config.tie_embeddings && name == hf_param_name(param_row(ParamRole::head), 0)) {
+      check_tied_head(tensors, tensors.at(name), config);
       continue;
     }
     ANVIL_FAIL("[hf-checkpoint] {}: unexpected tensor '{}' (not part of the model the config "

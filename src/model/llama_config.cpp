@@ -1,11 +1,12 @@
 // LlamaConfig validation and the derived counts (parameters, FLOPs) used by the layout, the
-// planner and the MFU report. The counts here must agree with the parameter layout built in
-// llama_parameters.cpp; a test checks param_count() against the layout's total.
+// planner and the MFU report. The counts are sums over the parameter table, the rows the layout
+// is built from, so they agree with it by construction.
 #include "model/llama_config.h"
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/parameter_table.h"
 
 namespace anvil {
 
@@ -53,20 +54,32 @@ RopeParams LlamaConfig::rope_params() const {
   return params;
 }
 
+namespace {
+
+// Returns the elements of a row's tensors summed over the model (once per layer when per layer).
+int64_t row_elements(const ParamRow& row, const LlamaConfig& config) {
+  const int64_t copies = row.scope == ParamScope::layer ? config.n_layers : 1;
+  return copies * param_shape(row, config).numel();
+}
+
+}  // namespace
+
 int64_t LlamaConfig::matmul_param_count() const {
-  const int64_t c = dim;
-  const int64_t per_layer = c * q_dim() + 2 * c * kv_dim() + int64_t{q_dim()} * c + 3 * c * ffn_dim;
-  return n_layers * per_layer + int64_t{vocab_size} * c;
+  // Every matrix multiplies except the embedding table, whose lookup is not a matmul, unless
+  // the tied head multiplies by it.
+  int64_t total = 0;
+  for (const ParamRow* row : llama_param_rows(*this)) {
+    const bool matrix = row->shape[1] != Extent::none;
+    if (matrix && (row->role != ParamRole::embedding || tie_embeddings))
+      total += row_elements(*row, *this);
+  }
+  return total;
 }
 
 int64_t LlamaConfig::param_count() const {
-  // matmul_param_count() already holds one vocab x dim matrix (the head, or the tied
-  // embedding); an untied model has the embedding table as a second one.
-  const int64_t c = dim;
-  const int64_t biases = attention_bias ? int64_t{q_dim()} + 2 * kv_dim() : 0;
-  const int64_t norms_per_layer = 2 * c;
-  const int64_t untied_embedding = tie_embeddings ? 0 : int64_t{vocab_size} * c;
-  return matmul_param_count() + n_layers * (biases + norms_per_layer) + c + untied_embedding;
+  int64_t total = 0;
+  for (const ParamRow* row : llama_param_rows(*this)) total += row_elements(*row, *this);
+  return total;
 }
 
 double LlamaConfig::flops_per_token(int seq_len) const {

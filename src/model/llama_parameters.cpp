@@ -1,12 +1,12 @@
-// The Llama layout (names, shapes, groups, decay flags), weight views and initialisation.
-// Names and shapes follow transformers' LlamaForCausalLM / Qwen2ForCausalLM state dicts.
+// The Llama layout (names, shapes, groups, decay flags), weight views and initialisation, all
+// read from the parameter table (parameter_table.h): this file lists no parameter itself.
 #include "model/llama_parameters.h"
 
 #include <algorithm>
 #include <cmath>
-#include <string_view>
 
 #include "core/error.h"
+#include "model/parameter_table.h"
 #include "model/random.h"
 
 namespace anvil {
@@ -15,8 +15,16 @@ namespace {
 
 constexpr double kInitStd = 0.02;
 
-bool ends_with(std::string_view text, std::string_view suffix) {
-  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+// Returns the scope of the rows that live in `group`, and sets `layer` to the layer of a layer
+// group (0 for the others).
+ParamScope scope_of_group(const LlamaConfig& config, int group, int& layer) {
+  layer = 0;
+  if (group == kEmbeddingGroup) return ParamScope::embedding;
+  if (group == head_group(config)) return ParamScope::head;
+  layer = group - layer_group(0);
+  ANVIL_CHECK(layer >= 0 && layer < config.n_layers, "[params] group {} is not a Llama group",
+              group);
+  return ParamScope::layer;
 }
 
 }  // namespace
@@ -28,29 +36,22 @@ std::string layer_param_name(int layer, const char* suffix) {
 std::shared_ptr<const ParameterLayout> make_llama_layout(const LlamaConfig& config,
                                                          bool decay_embeddings) {
   config.validate();
-  const int64_t c = config.dim, q = config.q_dim(), kv = config.kv_dim(), f = config.ffn_dim;
-  const int64_t v = config.vocab_size;
   auto layout = std::make_shared<ParameterLayout>();
-  layout->add("model.embed_tokens.weight", kEmbeddingGroup, Shape{v, c}, decay_embeddings);
-  for (int l = 0; l < config.n_layers; ++l) {
-    const int g = layer_group(l);
-    layout->add(layer_param_name(l, "input_layernorm.weight"), g, Shape{c}, false);
-    layout->add(layer_param_name(l, "self_attn.q_proj.weight"), g, Shape{q, c}, true);
-    layout->add(layer_param_name(l, "self_attn.k_proj.weight"), g, Shape{kv, c}, true);
-    layout->add(layer_param_name(l, "self_attn.v_proj.weight"), g, Shape{kv, c}, true);
-    if (config.attention_bias) {
-      layout->add(layer_param_name(l, "self_attn.q_proj.bias"), g, Shape{q}, false);
-      layout->add(layer_param_name(l, "self_attn.k_proj.bias"), g, Shape{kv}, false);
-      layout->add(layer_param_name(l, "self_attn.v_proj.bias"), g, Shape{kv}, false);
-    }
-    layout->add(layer_param_name(l, "self_attn.o_proj.weight"), g, Shape{c, q}, true);
-    layout->add(layer_param_name(l, "post_attention_layernorm.weight"), g, Shape{c}, false);
-    layout->add(layer_param_name(l, "mlp.gate_proj.weight"), g, Shape{f, c}, true);
-    layout->add(layer_param_name(l, "mlp.up_proj.weight"), g, Shape{f, c}, true);
-    layout->add(layer_param_name(l, "mlp.down_proj.weight"), g, Shape{c, f}, true);
-  }
-  layout->add("model.norm.weight", head_group(config), Shape{c}, false);
-  if (!config.tie_embeddings) layout->add("lm_head.weight", head_group(config), Shape{v, c}, true);
+  auto add = [&](const ParamRow& row, int layer) {
+    const bool decay = row.decay == DecayClass::matrix ||
+                       (row.decay == DecayClass::embedding && decay_embeddings);
+    layout->add(hf_param_name(row, layer), param_group(row, config, layer),
+                param_shape(row, config), decay);
+  };
+  // Groups are added in increasing order: the embedding group, each layer, the head group.
+  const std::vector<const ParamRow*> rows = llama_param_rows(config);
+  for (const ParamRow* row : rows)
+    if (row->scope == ParamScope::embedding) add(*row, 0);
+  for (int l = 0; l < config.n_layers; ++l)
+    for (const ParamRow* row : rows)
+      if (row->scope == ParamScope::layer) add(*row, l);
+  for (const ParamRow* row : rows)
+    if (row->scope == ParamScope::head) add(*row, 0);
   return layout;
 }
 
@@ -65,53 +66,38 @@ void refresh_group_views(const LlamaConfig& config, const ParameterSet& set, int
                          LlamaWeights& w) {
   // A group without storage gets undefined views, so a stale pointer is never used.
   const bool present = set.has_storage(group);
-  auto view = [&](const std::string& name) { return present ? set.tensor(name) : Tensor(); };
-  if (group == kEmbeddingGroup) {
-    w.embedding = view("model.embed_tokens.weight");
-    if (config.tie_embeddings) w.lm_head = w.embedding;
-    return;
+  int layer = 0;
+  const ParamScope scope = scope_of_group(config, group, layer);
+  for (const ParamRow& row : llama_param_rows()) {
+    if (row.scope != scope || !param_row_applies(row, config)) continue;
+    const Tensor view = present ? set.tensor(hf_param_name(row, layer)) : Tensor();
+    if (scope == ParamScope::layer) {
+      w.layers[layer].*(row.layer_field) = view;
+    } else {
+      w.*(row.model_field) = view;
+    }
   }
-  if (group == head_group(config)) {
-    w.final_norm = view("model.norm.weight");
-    if (!config.tie_embeddings) w.lm_head = view("lm_head.weight");
-    return;
-  }
-  const int l = group - layer_group(0);
-  ANVIL_CHECK(l >= 0 && l < config.n_layers, "[params] group {} is not a Llama group", group);
-  LayerWeights& lw = w.layers[l];
-  auto get = [&](const char* suffix) { return view(layer_param_name(l, suffix)); };
-  lw.attn_norm = get("input_layernorm.weight");
-  lw.wq = get("self_attn.q_proj.weight");
-  lw.wk = get("self_attn.k_proj.weight");
-  lw.wv = get("self_attn.v_proj.weight");
-  if (config.attention_bias) {
-    lw.bq = get("self_attn.q_proj.bias");
-    lw.bk = get("self_attn.k_proj.bias");
-    lw.bv = get("self_attn.v_proj.bias");
-  }
-  lw.wo = get("self_attn.o_proj.weight");
-  lw.mlp_norm = get("post_attention_layernorm.weight");
-  lw.w_gate = get("mlp.gate_proj.weight");
-  lw.w_up = get("mlp.up_proj.weight");
-  lw.w_down = get("mlp.down_proj.weight");
+  if (group == kEmbeddingGroup && config.tie_embeddings) w.lm_head = w.embedding;
 }
 
 void init_llama_group(const LlamaConfig& config, const ParameterLayout& layout, int group,
                       uint64_t seed, float* host) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * config.n_layers);
   std::fill(host, host + layout.group_numel(group), 0.0f);
-  for (const ParameterInfo& p : layout.params()) {
-    if (p.group != group) continue;
+  int layer = 0;
+  const ParamScope scope = scope_of_group(config, group, layer);
+  for (const ParamRow* row : llama_param_rows(config)) {
+    if (row->scope != scope) continue;
+    const ParameterInfo& p =
+        layout.params()[static_cast<size_t>(layout.index_of(hf_param_name(*row, layer)))];
     float* out = host + p.offset;
-    if (ends_with(p.name, "norm.weight")) {
-      std::fill(out, out + p.numel(), 1.0f);
-    } else if (ends_with(p.name, ".bias")) {
-      std::fill(out, out + p.numel(), 0.0f);
-    } else {
-      const bool residual_output =
-          ends_with(p.name, "o_proj.weight") || ends_with(p.name, "down_proj.weight");
-      const double stddev = kInitStd * (residual_output ? residual_scale : 1.0);
-      fill_normal(out, p.numel(), stddev, seed, fnv1a64(p.name));
+    switch (row->init) {
+      case InitRule::ones: std::fill(out, out + p.numel(), 1.0f); break;
+      case InitRule::zeros: std::fill(out, out + p.numel(), 0.0f); break;
+      case InitRule::normal: fill_normal(out, p.numel(), kInitStd, seed, fnv1a64(p.name)); break;
+      case InitRule::residual_normal:
+        fill_normal(out, p.numel(), kInitStd * residual_scale, seed, fnv1a64(p.name));
+        break;
     }
   }
 }

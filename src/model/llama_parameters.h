@@ -2,7 +2,8 @@
 // the per-block weight views the forward/backward code reads, and weight initialisation.
 // Groups: kEmbeddingGroup (0) holds model.embed_tokens.weight; group 1 + l holds layer l;
 // the head group (n_layers + 1) holds model.norm.weight and lm_head.weight (absent when tied:
-// the head then reads the embedding table of group 0).
+// the head then reads the embedding table of group 0). Every name, shape, flag and init rule
+// here comes from the parameter table (parameter_table.h).
 #pragma once
 
 #include <cstdint>

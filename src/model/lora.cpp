@@ -10,16 +10,12 @@
 #include "core/counter_hash.h"
 #include "core/error.h"
 #include "model/llama_parameters.h"
+#include "model/parameter_table.h"
 #include "model/random.h"
 
 namespace anvil {
 
 namespace {
-
-// Returns "self_attn" or "mlp": the module holding a target.
-const char* target_module(LoraTarget target) {
-  return static_cast<int>(target) <= static_cast<int>(LoraTarget::o_proj) ? "self_attn" : "mlp";
-}
 
 int index_of(LoraTarget target) { return static_cast<int>(target); }
 
@@ -34,40 +30,34 @@ Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / 
 }  // namespace
 
 const std::array<std::string, kLoraTargetCount>& lora_target_names() {
-  static const std::array<std::string, kLoraTargetCount> names = {
-      "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  static const std::array<std::string, kLoraTargetCount> names = [] {
+    std::array<std::string, kLoraTargetCount> list;
+    std::copy(lora_module_names().begin(), lora_module_names().end(), list.begin());
+    return list;
+  }();
   return names;
 }
 
 LoraTarget parse_lora_target(const std::string& name) {
-  const auto& names = lora_target_names();
-  for (int i = 0; i < kLoraTargetCount; ++i)
-    if (names[i] == name) return static_cast<LoraTarget>(i);
-  ANVIL_FAIL("[lora] unknown target '{}' (valid: q_proj, k_proj, v_proj, o_proj, gate_proj, "
-             "up_proj, down_proj)",
-             name);
+  const ParamRow& row = lora_target_row(name);
+  const std::vector<const ParamRow*>& rows = lora_target_rows();
+  const auto position = std::find(rows.begin(), rows.end(), &row) - rows.begin();
+  return static_cast<LoraTarget>(position);
 }
 
 std::string lora_param_name(int layer, const std::string& target, char which) {
   ANVIL_CHECK(which == 'A' || which == 'B', "[lora] adapter matrix must be 'A' or 'B', got '{}'",
               which);
-  const LoraTarget t = parse_lora_target(target);
-  return "model.layers." + std::to_string(layer) + "." + target_module(t) + "." + target +
-         ".lora_" + which + ".weight";
+  // PEFT replaces the wrapped Linear's ".weight" by ".lora_A.weight" / ".lora_B.weight".
+  const std::string base = hf_param_name(lora_target_row(target), layer);
+  const std::string module = base.substr(0, base.size() - std::string_view(".weight").size());
+  return module + ".lora_" + which + ".weight";
 }
 
 std::array<int64_t, 2> lora_target_dims(const LlamaConfig& config, LoraTarget target) {
-  const int64_t c = config.dim, q = config.q_dim(), kv = config.kv_dim(), f = config.ffn_dim;
-  switch (target) {
-    case LoraTarget::q_proj: return {q, c};
-    case LoraTarget::k_proj: return {kv, c};
-    case LoraTarget::v_proj: return {kv, c};
-    case LoraTarget::o_proj: return {c, q};
-    case LoraTarget::gate_proj: return {f, c};
-    case LoraTarget::up_proj: return {f, c};
-    case LoraTarget::down_proj: return {c, f};
-  }
-  ANVIL_FAIL("[lora] invalid target {}", index_of(target));
+  ANVIL_CHECK(index_of(target) >= 0 && index_of(target) < kLoraTargetCount,
+              "[lora] invalid target {}", index_of(target));
+  return param_dims(*lora_target_rows()[static_cast<size_t>(index_of(target))], config);
 }
 
 void validate_lora_options(const LoraOptions& options) {

@@ -26,7 +26,7 @@ struct LoraOptions {
   int r = 0;                         // 0: no adapters (plain model)
   float alpha = 8.0f;                // scale = alpha / r
   float dropout = 0.0f;              // on the adapter input, in forward_backward only
-  // Subset of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj.
+  // Subset of lora_target_names() (the parameter table's LoRA modules).
   std::vector<std::string> targets;
   bool enabled() const { return r > 0; }
   float scale() const { return alpha / r; }
@@ -36,14 +36,16 @@ struct LoraOptions {
 // "model.layers.3.self_attn.q_proj.lora_A.weight" (no "base_model.model." prefix).
 std::string lora_param_name(int layer, const std::string& target, char which);
 
-// The seven projections an adapter can wrap, in the order adapters are laid out in a group.
+// The projections an adapter can wrap, in the order adapters are laid out in a group: the
+// parameter table's LoRA rows in table order (parameter_table.cpp checks this at compile time).
+// The attention and MLP blocks name the adapter they run with it.
 enum class LoraTarget : int { q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj };
 inline constexpr int kLoraTargetCount = 7;
-// Returns the PEFT module names of the targets, in LoraTarget order.
+// Returns the PEFT module names of the targets, in LoraTarget order (from the parameter table).
 const std::array<std::string, kLoraTargetCount>& lora_target_names();
-// Returns the target of a module name; throws listing the valid names for an unknown one.
+// Returns the target of a module name; throws listing the valid names for any other name.
 LoraTarget parse_lora_target(const std::string& name);
-// Returns the (out, in) shape of the base matrix a target wraps.
+// Returns the (out, in) shape of the base matrix a target wraps (its parameter table row).
 std::array<int64_t, 2> lora_target_dims(const LlamaConfig& config, LoraTarget target);
 // Throws unless r >= 1, alpha > 0, dropout in [0, 1) and targets are known, distinct and
 // non-empty.

@@ -11,6 +11,8 @@
 #include <variant>
 #include <vector>
 
+#include "model/parameter_table.h"
+
 namespace anvil {
 
 struct ModelConfigSection {
@@ -96,7 +98,7 @@ struct LoraConfigSection {
   int64_t r = 0;  // 0: no adapters
   double alpha = 16.0;
   double dropout = 0.0;
-  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  std::vector<std::string> targets = default_lora_targets();  // the attention projections
   std::string init_from;  // PEFT adapter folder the adapters start from (empty: fresh init)
   // The dtype the frozen base is held in: auto (training.dtype), f32, or bf16 (needs
   // training.dtype = bf16).

@@ -15,6 +15,7 @@
 #include "data/dataloader.h"
 #include "data/sft.h"
 #include "model/hf_config.h"
+#include "model/parameter_table.h"
 #include "model/peft_adapter.h"
 #include "tokenizer/tokenizer.h"
 #include "train/data_sources.h"
@@ -180,7 +181,7 @@ TrainConfig sft_defaults(bool full) {
   config.lora.r = full ? 0 : 8;
   config.lora.alpha = 16.0;
   config.lora.dropout = full ? 0.0 : 0.05;
-  config.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  config.lora.targets = default_lora_targets();
   return config;
 }
 
