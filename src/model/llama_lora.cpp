@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/llama.h"
+#include "model/parameter_table.h"
 
 namespace anvil {
 
@@ -32,13 +33,12 @@ void LlamaModel::merge_lora() {
   const float scale = options_.lora.scale();
   for (int l = 0; l < config_.n_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
-    const std::array<Tensor, kLoraTargetCount> base = {w.wq, w.wk,     w.wv,    w.wo,
-                                                       w.w_gate, w.w_up, w.w_down};
     const LoraLayerViews& adapters = lora_.layer(l);
     for (int i = 0; i < kLoraTargetCount; ++i) {
       if (!adapters.a[i].defined()) continue;
+      const Tensor& base = w.*(lora_target_rows()[static_cast<size_t>(i)]->layer_field);
       // W (out, in) += scale * B (out, r) @ A (r, in), then B = 0 removes the adapter path.
-      backend_->matmul(adapters.b[i], adapters.a[i], base[i], false, false, scale, 1.0f);
+      backend_->matmul(adapters.b[i], adapters.a[i], base, false, false, scale, 1.0f);
       backend_->fill_zero(adapters.b[i]);
     }
   }
