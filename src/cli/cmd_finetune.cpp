@@ -31,8 +31,9 @@ namespace fs = std::filesystem;
 std::string lora_help() {
   return fmt::format(
       R"(
-LoRA (default): the base weights are frozen (bf16 with --training.dtype=bf16) and only the
-adapters train: --lora.r 8 --lora.alpha 16 --lora.dropout 0.05
+LoRA (default): the base weights are frozen (held in bf16 with --training.dtype=bf16, or as
+--lora.base_dtype says) and only the adapters train: --lora.r 8 --lora.alpha 16
+--lora.dropout 0.05
 --lora.targets={} by default; the targets may be any of
 {}.
 --full trains every weight instead (it takes no --lora.* flags). --adapter DIR continues a PEFT
@@ -53,7 +54,10 @@ seq_len min(512, the model's context), packed examples with document masks, --ep
 anvil train --help for the list).
 
 Several processes: mpirun -np N anvil finetune ... or anvil launch --nproc N -- finetune ...
-(data parallel; LoRA runs with parallel.zero_stage = 0, full fine-tunes with any stage).
+LoRA and full fine-tunes run on any parallel.zero_stage (0-3) and dp x fsdp mesh; under stage 3
+the frozen base is sharded too (each rank holds 1/fsdp of it). The run prints (and writes to
+<run-dir>/sharding.json) how every tensor is cut and each rank's memory; --dry-run does only
+that.
 
 Output: <run-dir>/adapter (PEFT adapter_config.json + adapter_model.safetensors) or
 <run-dir>/hf (full model); `anvil export --run DIR --out D [--merge]` exports any checkpoint.
@@ -92,6 +96,10 @@ int run_finetune(const std::vector<std::string>& raw_args) {
                  "auto: continue from the newest valid checkpoint; never; or a checkpoint folder")
       ->capture_default_str();
   app.add_option("--backend", backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  bool dry_run = false;
+  app.add_flag("--dry-run", dry_run,
+               "prepare the data, build the model and the parallel engine, print the sharding "
+               "and memory report (also <run-dir>/sharding.json) and exit without training");
   ThreadOption threads;
   threads.add_to(app);
   app.footer(lora_help() + kFooter);
@@ -119,9 +127,10 @@ int run_finetune(const std::vector<std::string>& raw_args) {
   options.resume_command = fmt::format("anvil finetune --model {} --run-dir {}",
                                        shell_quote(model_dir), shell_quote(run_dir_arg));
   options.world = &world;
+  options.dry_run = dry_run;
   const bool lora = options.config.lora.r > 0;
   const TrainResult result = run_training(options);
-  if (!root) return 0;
+  if (!root || dry_run) return 0;
   if (result.steps_this_run > 0) {
     log_info("trained steps {}-{}: final loss {:.4f}{} | {:.0f} tokens/s | peak RSS {:.0f} MB",
              result.final_step - result.steps_this_run + 1, result.final_step, result.final_loss,

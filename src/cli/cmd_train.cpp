@@ -82,6 +82,10 @@ int run_train(const std::vector<std::string>& raw_args) {
                  "or a checkpoint folder")
       ->capture_default_str();
   app.add_option("--backend", backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  bool dry_run = false;
+  app.add_flag("--dry-run", dry_run,
+               "build the model, the parallel engine and the data, print the sharding and "
+               "memory report (also <run-dir>/sharding.json) and exit without training");
   ThreadOption threads;
   threads.add_to(app);
   app.footer(config_keys_help());
@@ -106,6 +110,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   options.backend = backend;
   options.resume_command = resume_command(run_dir, backend, threads.value);
   options.world = &world;
+  options.dry_run = dry_run;
 
   if (root && !options.config.data.synthetic && options.config.data.tokenizer.empty() &&
       sample_corpus_needs_preparing(options.config.data.path)) {
@@ -115,7 +120,7 @@ int run_train(const std::vector<std::string>& raw_args) {
   world.barrier();
 
   const TrainResult result = run_training(options);
-  if (!root) return 0;
+  if (!root || dry_run) return 0;
   if (result.steps_this_run > 0) {
     log_info("trained steps {}-{}: final loss {:.4f}{} | {:.0f} tokens/s ({:.1f} GFLOP/s) | peak "
              "RSS {:.0f} MB",
