@@ -1,0 +1,48 @@
+#!/bin/sh
+# `anvil finetune` on several ranks with the frozen base sharded (ZeRO-3), from chat JSONL:
+#   1. --dry-run under mpirun builds everything, prints the sharding report and writes
+#      sharding.json, and trains nothing;
+#   2. mpirun -np 2 trains LoRA on ZeRO-3 (bf16 base) and writes the PEFT adapter; anvil
+#      generate loads it onto the base, and anvil export --merge writes the merged model;
+#   3. anvil launch --nproc 2 runs a full fine-tune on ZeRO-3 and writes the Hugging Face model.
+# usage: finetune.sh <anvil> <mpirun> <scratch folder>
+. "$(dirname "$0")/common.sh"
+
+# A byte-level tokenizer and a random base of its vocabulary, as a Hugging Face folder.
+printf 'User: Next: abc\nAssistant: bcd\n' > "$WORK/corpus.txt"
+run_logged "$WORK/tokenizer.log" "$ANVIL" tokenizer train --input "$WORK/corpus.txt" \
+  --vocab-size 257 --out "$WORK/tokenizer.json"
+run_logged "$WORK/base.log" "$ANVIL" train --run-dir "$WORK/init" --threads 1 \
+  --data.synthetic=true --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 \
+  --model.ffn_dim=64 --model.vocab_size=257 --model.max_seq_len=64 --training.steps=1 \
+  --training.seq_len=16 --training.batch_size=1 --training.eval_steps=0
+run_logged "$WORK/export.log" "$ANVIL" export --run "$WORK/init" --out "$WORK/base"
+cp "$WORK/tokenizer.json" "$WORK/base/tokenizer.json"
+: > "$WORK/chat.jsonl"
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"Next: a$i\"}, {\"role\": \"assistant\", \"content\": \"b$i\"}]}" >> "$WORK/chat.jsonl"
+done
+FT="--model $WORK/base --data $WORK/chat.jsonl --threads 1 --chat-template plain \
+--training.steps=4 --training.batch_size=2 --training.seq_len=32 --parallel.zero_stage=3"
+
+run_logged "$WORK/dry.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" finetune $FT --run-dir "$WORK/dry" \
+  --dry-run
+expect "$WORK/dry.log" "frozen *w:fsdp" "the dry run prints the base split over fsdp"
+expect "$WORK/dry.log" "dry run: nothing trained" "the dry run says it trained nothing"
+[ -f "$WORK/dry/sharding.json" ] || fail "the dry run wrote no sharding.json" "$WORK/dry.log"
+[ ! -e "$WORK/dry/metrics.jsonl" ] && [ ! -e "$WORK/dry/adapter" ] ||
+  fail "the dry run trained" "$WORK/dry.log"
+
+run_logged "$WORK/lora.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" finetune $FT \
+  --training.dtype=bf16 --run-dir "$WORK/lora"
+expect "$WORK/lora.log" "bf16 frozen *w:fsdp" "the run holds a bf16 base split over fsdp"
+[ -f "$WORK/lora/adapter/adapter_model.safetensors" ] || fail "no adapter" "$WORK/lora.log"
+run_logged "$WORK/generate.log" "$ANVIL" generate --model "$WORK/base" \
+  --adapter "$WORK/lora/adapter" --prompt "User: Next: a1" --max-new-tokens 4 --greedy --threads 1
+run_logged "$WORK/merge.log" "$ANVIL" export --run "$WORK/lora" --merge --out "$WORK/merged"
+[ -f "$WORK/merged/model.safetensors" ] || fail "no merged model" "$WORK/merge.log"
+
+run_logged "$WORK/full.log" "$ANVIL" launch --nproc 2 -- finetune $FT --full \
+  --run-dir "$WORK/full"
+[ -f "$WORK/full/hf/model.safetensors" ] || fail "no full fine-tuned model" "$WORK/full.log"
+echo "PASS: anvil finetune on ZeRO-3 over 2 ranks (dry run, LoRA with a bf16 base, full)"
