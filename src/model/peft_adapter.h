@@ -33,7 +33,8 @@ void save_peft_adapter(const std::filesystem::path& dir, LlamaModel& model,
 
 // The same two, for adapters that live elsewhere (a parallel layer's shards): `layout` is
 // make_lora_layout's, and each adapter parameter (layout order) is handed over as host f32
-// values through set_values(index, values) / filled by get_values(index, values).
+// values through set_values(index, values) / filled by get_values(index, values). An empty
+// set_values checks the folder (settings, names, shapes, dtypes) and reads no value.
 void read_peft_adapter_weights(const std::filesystem::path& dir, const LoraOptions& lora,
                                const ParameterLayout& layout,
                                const std::function<void(int, const float*)>& set_values);

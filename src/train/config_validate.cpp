@@ -9,7 +9,10 @@
 
 #include "core/error.h"
 #include "optim/lr_schedule.h"
+#include "model/parameter_table.h"
+#include "train/base_model.h"
 #include "train/config.h"
+#include "train/model_setup.h"
 
 namespace anvil {
 namespace {
@@ -128,6 +131,21 @@ void validate_rest(const TrainConfig& config) {
   check_positive(config.logging.every, "logging.every");
 }
 
+// Checks the adapters against the model before anything is prepared or built: every target
+// is a module the parameter table lets LoRA wrap, and r fits the matrices they wrap.
+void validate_lora(const TrainConfig& config) {
+  if (config.lora.r == 0) return;
+  const LlamaConfig llama = llama_config_from(config.model);
+  for (const std::string& target : config.lora.targets) {
+    const auto [out, in] = param_dims(lora_target_row(target), llama);
+    ANVIL_CHECK(config.lora.r <= std::min(out, in),
+                "[config] lora.r = {} exceeds the rank of {} ({} x {} in this model): an "
+                "adapter's rank is at most the smaller side of the matrix it wraps",
+                config.lora.r, target, out, in);
+  }
+  validate_lora_options(lora_options_from(config.lora));
+}
+
 }  // namespace
 
 void validate_config(const TrainConfig& config) {
@@ -135,6 +153,7 @@ void validate_config(const TrainConfig& config) {
   validate_training(config);
   validate_optimizer(config.optimizer);
   validate_rest(config);
+  validate_lora(config);
 }
 
 }  // namespace anvil

@@ -18,6 +18,7 @@
 #include "model/parameter_table.h"
 #include "model/peft_adapter.h"
 #include "tokenizer/tokenizer.h"
+#include "train/base_model.h"
 #include "train/data_sources.h"
 #include "train/model_setup.h"
 
@@ -235,6 +236,12 @@ TrainConfig resolve_finetune_config(const FinetuneRequest& request, Communicator
     config.training.seq_len = std::min(config.training.seq_len, config.model.max_seq_len);
   }
   validate_config(config);
+  if (!config.lora.init_from.empty()) {
+    // An adapter made for another base fails here, before any data is prepared.
+    const LoraOptions lora = lora_options_from(config.lora);
+    read_peft_adapter_weights(config.lora.init_from, lora,
+                              *make_lora_layout(llama_config_from(config.model), lora), {});
+  }
 
   config.data.path = is_shard_folder(request.data)
                          ? request.data

@@ -4,7 +4,9 @@
 #      sharding.json, and trains nothing;
 #   2. mpirun -np 2 trains LoRA on ZeRO-3 (bf16 base) and writes the PEFT adapter; anvil
 #      generate loads it onto the base, and anvil export --merge writes the merged model;
-#   3. anvil launch --nproc 2 runs a full fine-tune on ZeRO-3 and writes the Hugging Face model.
+#   3. anvil launch --nproc 2 runs a full fine-tune on ZeRO-3 and writes the Hugging Face model;
+#   4. bad LoRA settings (an unknown target, r larger than a wrapped matrix, an adapter whose
+#      shapes do not fit the base) stop with one error line and leave no run directory.
 # usage: finetune.sh <anvil> <mpirun> <scratch folder>
 . "$(dirname "$0")/common.sh"
 
@@ -45,4 +47,34 @@ run_logged "$WORK/merge.log" "$ANVIL" export --run "$WORK/lora" --merge --out "$
 run_logged "$WORK/full.log" "$ANVIL" launch --nproc 2 -- finetune $FT --full \
   --run-dir "$WORK/full"
 [ -f "$WORK/full/hf/model.safetensors" ] || fail "no full fine-tuned model" "$WORK/full.log"
+# Bad settings: one error line naming the problem, a non-zero exit, no run directory left.
+# bad_setting <name> <expected error> <flags...>
+bad_setting() {
+  name=$1 message=$2
+  shift 2
+  if "$ANVIL" finetune --model "$WORK/base" --data "$WORK/chat.jsonl" --threads 1 \
+    --run-dir "$WORK/$name" "$@" > "$WORK/$name.log" 2>&1; then
+    fail "$name: finetune accepted $*" "$WORK/$name.log"
+  fi
+  expect "$WORK/$name.log" "$message" "$name: the error names the problem"
+  [ "$(grep -c "error" "$WORK/$name.log")" -eq 1 ] || fail "$name: not one error line" "$WORK/$name.log"
+  [ ! -e "$WORK/$name" ] || fail "$name: left $WORK/$name behind" "$WORK/$name.log"
+}
+bad_setting bad_target "unknown target 'qkv' (valid: q_proj, k_proj, v_proj, o_proj, gate_proj, \
+up_proj, down_proj)" --lora.targets=q_proj,qkv
+bad_setting bad_rank "lora.r = 20 exceeds the rank of k_proj (16 x 32 in this model)" --lora.r=20
+# The adapter trained above (dim 32) continued on a base of dim 48.
+run_logged "$WORK/wide-init.log" "$ANVIL" train --run-dir "$WORK/wide-init" --threads 1 \
+  --data.synthetic=true --model.dim=48 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 \
+  --model.ffn_dim=64 --model.vocab_size=257 --model.max_seq_len=64 --training.steps=1 \
+  --training.seq_len=16 --training.batch_size=1 --training.eval_steps=0
+run_logged "$WORK/wide-export.log" "$ANVIL" export --run "$WORK/wide-init" --out "$WORK/wide"
+cp "$WORK/tokenizer.json" "$WORK/wide/tokenizer.json"
+if "$ANVIL" finetune --model "$WORK/wide" --data "$WORK/chat.jsonl" --threads 1 \
+  --adapter "$WORK/lora/adapter" --run-dir "$WORK/bad_adapter" > "$WORK/bad_adapter.log" 2>&1; then
+  fail "an adapter of another base was accepted" "$WORK/bad_adapter.log"
+fi
+expect "$WORK/bad_adapter.log" "q_proj.lora_A.weight' has shape \[8, 32\], expected \[8, 48\]" \
+  "the error names the tensor and both shapes"
+[ ! -e "$WORK/bad_adapter" ] || fail "the bad adapter left a run directory" "$WORK/bad_adapter.log"
 echo "PASS: anvil finetune on ZeRO-3 over 2 ranks (dry run, LoRA with a bf16 base, full)"
