@@ -14,12 +14,16 @@
 printf 'User: Next: abc\nAssistant: bcd\n' > "$WORK/corpus.txt"
 run_logged "$WORK/tokenizer.log" "$ANVIL" tokenizer train --input "$WORK/corpus.txt" \
   --vocab-size 257 --out "$WORK/tokenizer.json"
-run_logged "$WORK/base.log" "$ANVIL" train --run-dir "$WORK/init" --threads 1 \
-  --data.synthetic=true --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 \
-  --model.ffn_dim=64 --model.vocab_size=257 --model.max_seq_len=64 --training.steps=1 \
-  --training.seq_len=16 --training.batch_size=1 --training.eval_steps=0
-run_logged "$WORK/export.log" "$ANVIL" export --run "$WORK/init" --out "$WORK/base"
-cp "$WORK/tokenizer.json" "$WORK/base/tokenizer.json"
+# make_base <folder> <dim>: one step of a random model, exported with the tokenizer.
+make_base() {
+  run_logged "$WORK/$1-init.log" "$ANVIL" train --run-dir "$WORK/$1-init" --threads 1 \
+    --data.synthetic=true --model.dim="$2" --model.n_layers=2 --model.n_heads=4 \
+    --model.n_kv_heads=2 --model.ffn_dim=64 --model.vocab_size=257 --model.max_seq_len=64 \
+    --training.steps=1 --training.seq_len=16 --training.batch_size=1 --training.eval_steps=0
+  run_logged "$WORK/$1-export.log" "$ANVIL" export --run "$WORK/$1-init" --out "$WORK/$1"
+  cp "$WORK/tokenizer.json" "$WORK/$1/tokenizer.json"
+}
+make_base base 32
 : > "$WORK/chat.jsonl"
 for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
   echo "{\"messages\": [{\"role\": \"user\", \"content\": \"Next: a$i\"}, {\"role\": \"assistant\", \"content\": \"b$i\"}]}" >> "$WORK/chat.jsonl"
@@ -64,12 +68,7 @@ bad_setting bad_target "unknown target 'qkv' (valid: q_proj, k_proj, v_proj, o_p
 up_proj, down_proj)" --lora.targets=q_proj,qkv
 bad_setting bad_rank "lora.r = 20 exceeds the rank of k_proj (16 x 32 in this model)" --lora.r=20
 # The adapter trained above (dim 32) continued on a base of dim 48.
-run_logged "$WORK/wide-init.log" "$ANVIL" train --run-dir "$WORK/wide-init" --threads 1 \
-  --data.synthetic=true --model.dim=48 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 \
-  --model.ffn_dim=64 --model.vocab_size=257 --model.max_seq_len=64 --training.steps=1 \
-  --training.seq_len=16 --training.batch_size=1 --training.eval_steps=0
-run_logged "$WORK/wide-export.log" "$ANVIL" export --run "$WORK/wide-init" --out "$WORK/wide"
-cp "$WORK/tokenizer.json" "$WORK/wide/tokenizer.json"
+make_base wide 48
 if "$ANVIL" finetune --model "$WORK/wide" --data "$WORK/chat.jsonl" --threads 1 \
   --adapter "$WORK/lora/adapter" --run-dir "$WORK/bad_adapter" > "$WORK/bad_adapter.log" 2>&1; then
   fail "an adapter of another base was accepted" "$WORK/bad_adapter.log"
