@@ -82,6 +82,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "lora.dropout",
                                              "lora.targets",
                                              "lora.init_from",
+                                             "lora.base_dtype",
                                              "eval.batch_size",
                                              "logging.every",
                                              "logging.json"};
