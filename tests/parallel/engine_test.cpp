@@ -71,13 +71,16 @@ struct StageCase {
   int stage;
   int grad_accum;
   bool tied;
+  int lora_r = 0;  // > 0: LoRA adapters on a frozen base
+  DType dtype = DType::f32;
 };
 
-// Names a case in test listings: "stage3_accum2_tied".
+// Names a case in test listings: "stage3_accum2_tied", "stage3_accum1_tied_lora_bf16".
 std::string stage_case_name(const ::testing::TestParamInfo<StageCase>& info) {
   const StageCase& c = info.param;
   return "stage" + std::to_string(c.stage) + "_accum" + std::to_string(c.grad_accum) +
-         (c.tied ? "_tied" : "_untied");
+         (c.tied ? "_tied" : "_untied") + (c.lora_r > 0 ? "_lora" : "") +
+         (c.dtype == DType::bf16 ? "_bf16" : "");
 }
 
 class EveryStageAtWorldOne : public ::testing::TestWithParam<StageCase> {};
@@ -88,11 +91,13 @@ TEST_P(EveryStageAtWorldOne, MatchesStageZeroBitForBit) {
   RunSpec spec;
   spec.grad_accum = param.grad_accum;
   spec.tied = param.tied;
+  spec.lora_r = param.lora_r;
+  spec.dtype = param.dtype;
   Harness reference(*comm, spec);
-  reference.engine().init_weights(spec.seed);
+  reference.init(spec.seed);
   spec.zero_stage = param.stage;
   Harness sharded(*comm, spec);
-  sharded.engine().init_weights(spec.seed);
+  sharded.init(spec.seed);
   const Curve want = ptest::run_steps(reference, 0, 8);
   const Curve got = ptest::run_steps(sharded, 0, 8);
   EXPECT_EQ(got.loss_bits, want.loss_bits);
@@ -110,6 +115,14 @@ INSTANTIATE_TEST_SUITE_P(Stages, EveryStageAtWorldOne,
                                            StageCase{1, 3, false}, StageCase{2, 3, true},
                                            StageCase{3, 3, true}, StageCase{3, 2, false}),
                          stage_case_name);
+// LoRA: the adapters train under every stage and stage 3 shards (and gathers) the base too.
+INSTANTIATE_TEST_SUITE_P(
+    Lora, EveryStageAtWorldOne,
+    ::testing::Values(StageCase{1, 2, true, 4}, StageCase{2, 1, false, 4},
+                      StageCase{3, 1, true, 4}, StageCase{3, 2, false, 4},
+                      StageCase{2, 2, true, 4, DType::bf16}, StageCase{3, 1, false, 4, DType::bf16},
+                      StageCase{3, 2, true, 4, DType::bf16}),
+    stage_case_name);
 
 TEST(EngineSingleProcess, ClippedStepsStillLearnARepeatedBatch) {
   auto comm = make_single_process_communicator();

@@ -16,6 +16,7 @@
 #include "data/cursor.h"
 #include "data/synthetic.h"
 #include "model/llama.h"
+#include "model/llama_parameters.h"
 #include "parallel/engine.h"
 #include "parallel/mesh.h"
 
@@ -45,6 +46,10 @@ struct RunSpec {
   double lr = 1e-2;
   int seq = 16;
   uint64_t seed = 1234;
+  // LoRA adapters (r > 0) on all seven targets of a frozen base, computing in `dtype` (a bf16
+  // model holds its base in bf16).
+  int lora_r = 0;
+  DType dtype = DType::f32;
 };
 
 // One rank's training setup over `comm` (a world of comm.size() data ranks).
@@ -62,6 +67,14 @@ class Harness {
     ModelOptions options;
     options.max_batch = spec.micro_batch;
     options.max_seq = spec.seq;
+    options.compute_dtype = spec.dtype;
+    if (spec.lora_r > 0) {
+      options.lora.r = spec.lora_r;
+      options.lora.alpha = 2.0f * static_cast<float>(spec.lora_r);
+      options.lora.dropout = 0.1f;
+      options.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj",
+                              "gate_proj", "up_proj", "down_proj"};
+    }
     model_ = std::make_unique<LlamaModel>(
         tiny_config(spec.tied), *backend_,
         DataParallelEngine::model_options(options, spec.zero_stage));
@@ -80,6 +93,23 @@ class Harness {
     layout_.world_size = comm.size();
   }
 
+  // Initialises what trains from `seed` and, with LoRA, the frozen base from seed + 1 (through
+  // the engine, so each rank writes the part it holds).
+  void init(uint64_t seed) {
+    if (spec_.lora_r > 0) {
+      const ParameterLayout& base = model_->parameters().layout();
+      for (int g = 0; g < base.group_count(); ++g) {
+        std::vector<float> values(static_cast<size_t>(base.group_numel(g)));
+        init_llama_group(model_->config(), base, g, seed + 1, values.data());
+        for (size_t i = 0; i < base.params().size(); ++i) {
+          const ParameterInfo& p = base.params()[i];
+          if (p.group == g) engine_->set_frozen_weights(static_cast<int>(i), &values[p.offset]);
+        }
+      }
+    }
+    engine_->init_weights(seed);
+  }
+
   DataParallelEngine& engine() { return *engine_; }
   LlamaModel& model() { return *model_; }
   DeviceMesh& mesh() { return *mesh_; }
@@ -93,6 +123,7 @@ class Harness {
       batches.push_back(fill(static_cast<size_t>(m), first, spec_.micro_batch));
     }
     if (poison) views_[0].mask.f32()[0] = std::numeric_limits<float>::quiet_NaN();
+    model_->set_dropout_step(step);  // adapter dropout masks are a function of the step
     return engine_->train_step(batches, spec_.lr);
   }
 
@@ -103,10 +134,10 @@ class Harness {
     });
   }
 
-  // Returns every group's full weights, concatenated (collective under stage 3).
+  // Returns every trainable group's full weights, concatenated (collective under stage 3).
   std::vector<float> all_weights() {
     std::vector<float> out;
-    const ParameterLayout& layout = model_->parameters().layout();
+    const ParameterLayout& layout = model_->trainable().layout();
     for (int g = 0; g < layout.group_count(); ++g) {
       std::vector<float> group(static_cast<size_t>(layout.group_numel(g)));
       engine_->gather_weights(g, group.data());

@@ -22,12 +22,15 @@ struct MeshCase {
   bool tied;
   int dp = 0;  // 0: automatic
   int fsdp = 0;
+  int lora_r = 0;  // > 0: LoRA adapters on a frozen base
+  DType dtype = DType::f32;
 };
 
 std::string describe(const MeshCase& c) {
   return "stage " + std::to_string(c.stage) + ", grad_accum " + std::to_string(c.grad_accum) +
          (c.tied ? ", tied" : ", untied") + ", dp " + std::to_string(c.dp) + ", fsdp " +
-         std::to_string(c.fsdp);
+         std::to_string(c.fsdp) + ", lora r " + std::to_string(c.lora_r) + ", " +
+         std::string(dtype_name(c.dtype));
 }
 
 class DistributedEqualsOneProcess : public ::testing::TestWithParam<MeshCase> {};
@@ -42,8 +45,10 @@ TEST_P(DistributedEqualsOneProcess, LossCurveAndWeightsAreBitwiseEqual) {
   spec.tied = c.tied;
   spec.dp = c.dp;
   spec.fsdp = c.fsdp;
+  spec.lora_r = c.lora_r;
+  spec.dtype = c.dtype;
   Harness distributed(world, spec);
-  distributed.engine().init_weights(spec.seed);
+  distributed.init(spec.seed);
   const Curve got = ptest::run_steps(distributed, 0, kSteps);
   const std::vector<float> got_weights = distributed.all_weights();
 
@@ -54,7 +59,7 @@ TEST_P(DistributedEqualsOneProcess, LossCurveAndWeightsAreBitwiseEqual) {
   reference_spec.fsdp = 0;
   reference_spec.grad_accum = c.grad_accum * world.size();
   Harness reference(*single, reference_spec);
-  reference.engine().init_weights(spec.seed);
+  reference.init(spec.seed);
   const Curve want = ptest::run_steps(reference, 0, kSteps);
 
   EXPECT_EQ(got.loss_bits, want.loss_bits) << describe(c);
@@ -76,6 +81,15 @@ INSTANTIATE_TEST_SUITE_P(
                       // Hybrid sharding (dp 2 x fsdp 2) runs with 4 ranks only.
                       MeshCase{1, 1, true, 2, 2}, MeshCase{2, 2, true, 2, 2},
                       MeshCase{3, 2, false, 2, 2}));
+
+// LoRA on a frozen base (f32, or bf16 in a bf16 model), which ZeRO-3 shards too.
+INSTANTIATE_TEST_SUITE_P(
+    Lora, DistributedEqualsOneProcess,
+    ::testing::Values(MeshCase{3, 1, true, 0, 0, 4}, MeshCase{3, 2, false, 0, 0, 4},
+                      MeshCase{1, 2, true, 0, 0, 4}, MeshCase{2, 1, false, 0, 0, 4},
+                      MeshCase{3, 1, true, 0, 0, 4, DType::bf16},
+                      MeshCase{2, 2, false, 0, 0, 4, DType::bf16},
+                      MeshCase{3, 2, true, 2, 2, 4, DType::bf16}));
 
 TEST(DistributedMemory, StageThreeHoldsAboutOneNthOfTheModelState) {
   Communicator& world = anvil::world();
