@@ -218,13 +218,19 @@ void DataParallelEngine::gather_weights(int group, float* host) {
     model_->backend().copy_to_host(host, model_weights(group));
     return;
   }
-  int slot = weight_slots_.find(group);
-  if (slot < 0) {
-    slot = weight_slots_.take(group);
-    start_weight_gather(group, slot);
+  const int cached = weight_slots_.find(group);
+  if (cached >= 0) {
+    weight_slots_.wait(cached);
+    model_->backend().copy_to_host(host, weight_slots_.tensor(cached, s.numel));
+    return;
   }
+  // Only the trainable part: a checkpoint never needs the frozen base gathered. The slot then
+  // holds an incomplete group, so nothing may take it for a cached copy afterwards.
+  const int slot = weight_slots_.take(group);
+  start_weight_gather(group, slot, false);
   weight_slots_.wait(slot);
   model_->backend().copy_to_host(host, weight_slots_.tensor(slot, s.numel));
+  weight_slots_.forget_cached();
 }
 
 void DataParallelEngine::set_frozen_weights(int index, const float* values) {

@@ -156,7 +156,8 @@ class DataParallelEngine final : private GroupHooks {
   // Stage 3: makes group g's gathered weights available to the model, prefetching the next.
   void acquire_weights(int group);
   void release_weights(int group);
-  void start_weight_gather(int group, int slot);
+  // Starts the gathers of group g's trainable weights and (with_frozen, LoRA) frozen base.
+  void start_weight_gather(int group, int slot, bool with_frozen = true);
   void prefetch_next_weights();
   // Stages 2-3: binds a zeroed gradient slot; starts the running-sum gather.
   void bind_gradient_slot(int group);

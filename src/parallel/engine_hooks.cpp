@@ -63,7 +63,7 @@ void DataParallelEngine::after_backward(int group) {
   poll_reductions(false);
 }
 
-void DataParallelEngine::start_weight_gather(int group, int slot) {
+void DataParallelEngine::start_weight_gather(int group, int slot, bool with_frozen) {
   std::vector<std::unique_ptr<CommHandle>> gathers;
   const GroupShard& s = plan_.group(group);
   if (s.numel > 0) {
@@ -71,7 +71,7 @@ void DataParallelEngine::start_weight_gather(int group, int slot) {
         storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard});
     gathers.push_back(mesh_->fsdp().all_gather_async(shard, weight_slots_.tensor(slot, s.padded)));
   }
-  if (lora_ && frozen_plan_.group(group).numel > 0) {
+  if (with_frozen && lora_ && frozen_plan_.group(group).numel > 0) {
     gathers.push_back(
         mesh_->fsdp().all_gather_async(frozen_shard(group), frozen_slot_view(slot, group)));
   }
