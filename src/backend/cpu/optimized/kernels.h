@@ -125,6 +125,10 @@ struct Kernels {
   // Rows [begin, end) of the fused softmax cross-entropy; row_scratch holds V floats.
   void (*cross_entropy)(const CrossEntropyArgs& args, float* row_scratch, int64_t begin,
                         int64_t end);
+  // out[0, n) = dropout of x[0, n), elements numbered from `first` (their flat index in the
+  // whole tensor): kept (x * keep_scale) where (dropout_hash(seed, index) >> 40) >= threshold.
+  void (*dropout)(const void* x, DType x_dtype, void* out, DType out_dtype, int64_t n,
+                  uint64_t first, uint64_t seed, uint64_t threshold, float keep_scale);
   // Columns [begin, end) of the embedding scatter-add, rows in order.
   void (*embedding_backward)(const EmbeddingBackwardArgs& args, int64_t begin, int64_t end);
   // Forward task `task` in [0, B * Hkv * query tiles), with its own scratch.

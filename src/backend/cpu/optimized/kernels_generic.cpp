@@ -40,7 +40,8 @@ const Kernels kTable = {"generic",         convert,         add,
                         scale,             axpy,            sum_squares,
                         all_finite,        swiglu_forward,  swiglu_backward,
                         adamw,             rmsnorm_forward, rmsnorm_backward,
-                        rope,              cross_entropy,   embedding_backward,
+                        rope,              cross_entropy,   dropout,
+                        embedding_backward,
                         attention_forward, attention_backward};
 
 }  // namespace anvil::cpu_opt::generic
