@@ -163,14 +163,16 @@ const ArchitectureFacts& read_architecture(const FieldReader& fields, const std:
   return *facts;
 }
 
-// Reads rope_scaling: null, {"rope_type"|"type": "default"} or a complete "llama3" object.
-void read_rope_scaling(const FieldReader& fields, const std::string& file, LlamaConfig& llama) {
-  const json* scaling = fields.find("rope_scaling");
+// Reads the RoPE scaling object `key` (rope_scaling, or transformers 5's rope_parameters):
+// null, {"rope_type"|"type": "default"} or a complete "llama3" object.
+void read_rope_scaling(const FieldReader& fields, const std::string& file, const char* key,
+                       LlamaConfig& llama) {
+  const json* scaling = fields.find(key);
   if (scaling == nullptr) return;
-  if (!scaling->is_object()) fields.fail("rope_scaling", "must be an object or null");
+  if (!scaling->is_object()) fields.fail(key, "must be an object or null");
   std::string type;
-  for (const char* key : {"rope_type", "type"}) {
-    const auto it = scaling->find(key);
+  for (const char* type_key : {"rope_type", "type"}) {
+    const auto it = scaling->find(type_key);
     if (it != scaling->end() && it->is_string()) {
       type = it->get<std::string>();
       break;
@@ -178,24 +180,51 @@ void read_rope_scaling(const FieldReader& fields, const std::string& file, Llama
   }
   if (type == "default") return;
   ANVIL_CHECK(type == "llama3",
-              "[hf-config] {}: 'rope_scaling' type {} is not supported (anvil implements "
+              "[hf-config] {}: '{}' type {} is not supported (anvil implements "
               "\"llama3\"; linear, dynamic, yarn and longrope scaling are not)",
-              file, type.empty() ? std::string("(missing)") : quote_for_message(type));
-  const double factor = fields.required_number_in(*scaling, "rope_scaling", "factor");
-  const double low = fields.required_number_in(*scaling, "rope_scaling", "low_freq_factor");
-  const double high = fields.required_number_in(*scaling, "rope_scaling", "high_freq_factor");
-  const double original = fields.required_number_in(*scaling, "rope_scaling",
-                                                    "original_max_position_embeddings");
-  ANVIL_CHECK(factor >= 1.0, "[hf-config] {}: 'rope_scaling.factor' must be >= 1, got {}", file,
+              file, key, type.empty() ? std::string("(missing)") : quote_for_message(type));
+  const double factor = fields.required_number_in(*scaling, key, "factor");
+  const double low = fields.required_number_in(*scaling, key, "low_freq_factor");
+  const double high = fields.required_number_in(*scaling, key, "high_freq_factor");
+  const double original =
+      fields.required_number_in(*scaling, key, "original_max_position_embeddings");
+  ANVIL_CHECK(factor >= 1.0, "[hf-config] {}: '{}.factor' must be >= 1, got {}", file, key,
               factor);
   ANVIL_CHECK(original >= 1.0 && original == std::floor(original) && original < 1e9,
-              "[hf-config] {}: 'rope_scaling.original_max_position_embeddings' must be a "
+              "[hf-config] {}: '{}.original_max_position_embeddings' must be a "
               "positive integer, got {}",
-              file, original);
+              file, key, original);
   llama.rope_scaling_factor = static_cast<float>(factor);
   llama.rope_low_freq_factor = static_cast<float>(low);
   llama.rope_high_freq_factor = static_cast<float>(high);
   llama.rope_original_max_position = static_cast<int>(original);
+}
+
+// Reads rope_theta and the scaling: top-level rope_theta and rope_scaling (transformers 4), or
+// rope_parameters holding both (transformers 5). A file with both spellings must agree.
+void read_rope(const FieldReader& fields, const std::string& file, LlamaConfig& llama) {
+  llama.rope_theta = static_cast<float>(fields.optional_number("rope_theta", 10000.0));
+  read_rope_scaling(fields, file, "rope_scaling", llama);
+  const json* parameters = fields.find("rope_parameters");
+  if (parameters == nullptr) return;
+  if (!parameters->is_object()) fields.fail("rope_parameters", "must be an object or null");
+  LlamaConfig nested = llama;
+  nested.rope_scaling_factor = 0.0f;
+  const auto theta = parameters->find("rope_theta");
+  if (theta != parameters->end()) {
+    if (!theta->is_number()) fields.fail("rope_parameters", "has a rope_theta that is no number");
+    nested.rope_theta = theta->get<float>();
+  }
+  read_rope_scaling(fields, file, "rope_parameters", nested);
+  const bool top_level_theta = fields.find("rope_theta") != nullptr;
+  const bool top_level_scaling = fields.find("rope_scaling") != nullptr;
+  ANVIL_CHECK((!top_level_theta || nested.rope_theta == llama.rope_theta) &&
+                  (!top_level_scaling || nested.rope_scaling_factor == llama.rope_scaling_factor),
+              "[hf-config] {}: 'rope_parameters' (rope_theta {}, scaling factor {}) disagrees "
+              "with the top-level rope_theta / rope_scaling (rope_theta {}, scaling factor {})",
+              file, nested.rope_theta, nested.rope_scaling_factor, llama.rope_theta,
+              llama.rope_scaling_factor);
+  llama = nested;
 }
 
 // Rejects the attention and MLP variants anvil does not compute.
@@ -267,7 +296,6 @@ HfModelConfig parse_hf_config(std::string_view text, const std::string& file) {
   llama.vocab_size = fields.required_int("vocab_size");
   config.max_position_embeddings = fields.required_int("max_position_embeddings");
   llama.max_seq_len = config.max_position_embeddings;
-  llama.rope_theta = static_cast<float>(fields.optional_number("rope_theta", 10000.0));
   llama.norm_eps = static_cast<float>(fields.optional_number("rms_norm_eps", 1e-6));
   llama.tie_embeddings = fields.optional_bool("tie_word_embeddings", false);
   llama.attention_bias = arch.qkv_bias;
@@ -303,7 +331,7 @@ HfModelConfig parse_hf_config(std::string_view text, const std::string& file) {
   } else {
     llama.head_dim = head_dim == implied_head_dim && llama.dim % llama.n_heads == 0 ? 0 : head_dim;
   }
-  read_rope_scaling(fields, file, llama);
+  read_rope(fields, file, llama);
   apply_sliding_window(fields, arch, config);
 
   config.torch_dtype = fields.optional_string("torch_dtype");

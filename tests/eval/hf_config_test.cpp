@@ -91,6 +91,32 @@ TEST(HfConfig, AcceptsOldRopeScalingSpellingAndEosList) {
   EXPECT_EQ(parse(config).llama.rope_scaling_factor, 0.0f);
 }
 
+TEST(HfConfig, ReadsTransformers5RopeParameters) {
+  // transformers 5 writes rope_theta and the scaling together, and no top-level rope_theta.
+  json config = llama_json();
+  config.erase("rope_theta");
+  config.erase("rope_scaling");
+  config["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0},
+                               {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                               {"original_max_position_embeddings", 8192},
+                               {"rope_theta", 500000.0}};
+  const HfModelConfig parsed = parse(config);
+  EXPECT_EQ(parsed.llama.rope_theta, 500000.0f);
+  EXPECT_EQ(parsed.llama.rope_scaling_factor, 8.0f);
+  EXPECT_EQ(parsed.llama.rope_original_max_position, 8192);
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  EXPECT_EQ(parse(config).llama.rope_theta, 1000000.0f);
+  EXPECT_EQ(parse(config).llama.rope_scaling_factor, 0.0f);
+  // Both spellings: they must agree.
+  config["rope_theta"] = 10000.0;
+  expect_rejected(config, {"'rope_parameters' (rope_theta 1000000, scaling factor 0) "
+                           "disagrees with the top-level rope_theta"});
+  config["rope_theta"] = 1000000.0;
+  EXPECT_EQ(parse(config).llama.rope_theta, 1000000.0f);
+  config["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_rejected(config, {"'rope_parameters' type yarn is not supported"});
+}
+
 TEST(HfConfig, UsesClassDefaultsForAbsentFields) {
   json config = llama_json();
   for (const char* key : {"num_key_value_heads", "rms_norm_eps", "rope_theta", "hidden_act",
