@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/counter_hash.h"
 #include "core/error.h"
 #include "model/attention_block.h"
 #include "model/head_block.h"
@@ -220,7 +221,9 @@ void LlamaModel::layer_forward(const BlockContext& ctx, int layer, int set, bool
 
 const LoraLayerStep* LlamaModel::lora_step(int layer, StepDims dims, int set, bool training) {
   if (!lora_.enabled()) return nullptr;
-  lora_step_ = lora_.step(layer, dims.rows(), set, training, dropout_step_);
+  lora_step_ = lora_.step(layer, dims.rows(), set, training,
+                          dropout_hash(static_cast<uint64_t>(dropout_step_),
+                                       static_cast<uint64_t>(dropout_micro_batch_)));
   return &lora_step_;
 }
 

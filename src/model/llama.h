@@ -125,6 +125,10 @@ class LlamaModel {
   void merge_lora();
   // Sets the per-step value the adapter dropout masks of forward_backward derive from.
   void set_dropout_step(int64_t step) { dropout_step_ = step; }
+  // Sets the global index of the micro-batch the next forward_backward runs within its step
+  // (m * world + rank, as the parallel engine numbers them), so every micro-batch of a step
+  // draws its own masks, and the same ones at any world size.
+  void set_dropout_micro_batch(int64_t index) { dropout_micro_batch_ = index; }
   // Returns the bytes the model holds, by purpose.
   ModelMemory memory() const;
   // Writes base parameter `index` (layout order of parameters()) from host f32 values into
@@ -207,6 +211,7 @@ class LlamaModel {
   LoraAdapters lora_;
   LoraLayerStep lora_step_;  // storage behind lora_step()'s pointer
   int64_t dropout_step_ = 0;
+  int64_t dropout_micro_batch_ = 0;
   Tensor norm_grad_sink_;  // (C) f32, carved only with LoRA (see BlockContext)
   Arena arena_;
   ModelActivations acts_;

@@ -5,7 +5,8 @@
 // the head group are empty; group 1 + l holds layer l's A and B in target order), so the
 // trainer, optimizer and checkpoints handle them as they handle a full model. The base is
 // frozen: it has no gradients. Dropout masks come from the backend's counter-hash dropout op
-// with a seed that depends only on (step, layer, target), so recomputation reproduces them.
+// with a seed that depends only on (step, global micro-batch, layer, target), so recomputation
+// reproduces them and any world size draws the same ones.
 #pragma once
 
 #include <array>
@@ -80,7 +81,7 @@ struct LoraLayerStep {
   Tensor d_input;        // (N, max_in) f32 scratch for the dropout backward
   float scale = 1.0f;
   float dropout = 0.0f;     // 0 outside forward_backward
-  uint64_t dropout_seed = 0;  // per (step, layer); each target derives its own
+  uint64_t dropout_seed = 0;  // per (step, micro-batch, layer); each target derives its own
 
   // Returns whether `target` carries an adapter.
   bool adapted(LoraTarget target) const;
@@ -125,8 +126,10 @@ class LoraAdapters {
   // Casts group `group`'s f32 adapters into their compute copies (bf16 models only).
   void refresh(int group);
   // Returns the step context of `layer` for `rows` rows using saved set `set`; dropout is off
-  // unless `training`, and its seed derives from (dropout_step, layer).
-  LoraLayerStep step(int layer, int64_t rows, int set, bool training, int64_t dropout_step) const;
+  // unless `training`, and its seed derives from (dropout_stream, layer): the stream names the
+  // (step, micro-batch) being trained.
+  LoraLayerStep step(int layer, int64_t rows, int set, bool training,
+                     uint64_t dropout_stream) const;
   // Returns the bytes of the f32 parameters, of their compute copies, and of the gradients
   // (as laid out, whether or not the adapters own them).
   size_t parameter_bytes() const;

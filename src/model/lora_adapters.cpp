@@ -95,7 +95,7 @@ void LoraAdapters::refresh(int group) {
 }
 
 LoraLayerStep LoraAdapters::step(int layer, int64_t rows, int set, bool training,
-                                 int64_t dropout_step) const {
+                                 uint64_t dropout_stream) const {
   LoraLayerStep s;
   s.backend = backend_;
   s.weights = &compute_views_[layer];
@@ -109,7 +109,7 @@ LoraLayerStep LoraAdapters::step(int layer, int64_t rows, int set, bool training
   s.scale = options_.scale();
   if (training && options_.dropout > 0.0f) {
     s.dropout = options_.dropout;
-    s.dropout_seed = dropout_hash(static_cast<uint64_t>(dropout_step),
+    s.dropout_seed = dropout_hash(dropout_stream,
                                   0x4C6F5241ull + static_cast<uint64_t>(layer));
     s.dropped_input = dropped_input_;
     s.d_input = d_input_;

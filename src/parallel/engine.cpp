@@ -274,6 +274,7 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   std::vector<double> loss_sums(micro_batches.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     micro_step_ = static_cast<int>(m);
+    model_->set_dropout_micro_batch(static_cast<int64_t>(m) * world.size() + world.rank());
     begin_pass(Pass::train);
     loss_sums[m] = model_->forward_backward(micro_batches[m], grad_scale).sum;
     end_pass();

@@ -117,9 +117,16 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
     width = std::max(width, row.name.size());
   }
   width = std::min<size_t>(width, 34);
-  report.text = fmt::format("sharding ({}; rank 0's part; w/g/o = weights, gradients, "
-                            "optimizer state):\n",
-                            mesh.describe());
+  // As PEFT's print_trainable_parameters: the adapters count towards all parameters.
+  const int64_t trainable = model.trainable().layout().total_params();
+  const int64_t everything =
+      model.config().param_count() + (model.lora_enabled() ? trainable : 0);
+  report.json["parameters"] = {{"trainable", trainable}, {"all", everything}};
+  report.text = fmt::format("trainable parameters: {} of {} ({:.3f}%)\n", trainable, everything,
+                            100.0 * static_cast<double>(trainable) / static_cast<double>(everything));
+  report.text += fmt::format("sharding ({}; rank 0's part; w/g/o = weights, gradients, "
+                             "optimizer state):\n",
+                             mesh.describe());
   report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9}\n", "tensor", width,
                              "global", "here", "dtype", "kind", "split");
   for (const TensorRow& row : rows) {

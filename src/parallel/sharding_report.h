@@ -1,5 +1,5 @@
 // The sharding and memory report printed at the start of every training and fine-tuning run
-// (and by --dry-run): for each parameter, its global shape, the part of it this rank holds,
+// (and by --dry-run): the trainable and total parameter counts; for each parameter, its global shape, the part of it this rank holds,
 // its dtype, whether it trains, and which of its states are split over which mesh axis; for
 // each rank, the bytes it holds by kind, read from the engine's and the model's actual
 // buffers (DataParallelEngine::memory). The same content goes to the run directory as JSON.
@@ -13,7 +13,7 @@
 namespace anvil {
 
 struct ShardingReport {
-  nlohmann::json json;  // {"mesh", "tensors": [...], "memory_per_rank": [...]}
+  nlohmann::json json;  // {"mesh", "parameters", "tensors": [...], "memory_per_rank": [...]}
   std::string text;     // the same, on 80 columns: one row per tensor kind, one per rank
 };
 

@@ -35,6 +35,8 @@ run_logged "$WORK/dry.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" finetune $FT --run
   --dry-run
 expect "$WORK/dry.log" "frozen *w:fsdp" "the dry run prints the base split over fsdp"
 expect "$WORK/dry.log" "dry run: nothing trained" "the dry run says it trained nothing"
+# r 8 on q/k/v/o of 2 layers of dim 32 (q_dim 32, kv_dim 16): 2 x 8 x (64 + 48 + 48 + 64).
+expect "$WORK/dry.log" "trainable parameters: 3584 of " "the dry run counts the adapters"
 [ -f "$WORK/dry/sharding.json" ] || fail "the dry run wrote no sharding.json" "$WORK/dry.log"
 [ ! -e "$WORK/dry/metrics.jsonl" ] && [ ! -e "$WORK/dry/adapter" ] ||
   fail "the dry run trained" "$WORK/dry.log"
