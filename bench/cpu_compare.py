@@ -118,11 +118,11 @@ def torch_command(python, threads, cfg, dtype, steps):
     return cmd
 
 
-def run_json(cmd, timeout):
+def run_json(cmd, timeout, env=None):
     """Runs cmd; returns (summary dict from its last stdout line, None) or (None, error)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout} s"
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -136,6 +136,7 @@ def run_json(cmd, timeout):
     except json.JSONDecodeError:
         return None, f"last stdout line is not JSON: {lines[-1][:200]}"
     summary["stdout"] = proc.stdout
+    summary["stderr"] = proc.stderr
     summary["process_cpu_seconds"] = cpu_seconds  # whole process, start-up included
     return summary, None
 

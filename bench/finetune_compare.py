@@ -54,6 +54,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from cpu_compare import cpu_model, load_average, ratio, run_json  # noqa: E402  (shared helpers)
 TOKENIZER_FIXTURE = os.path.join(REPO, "tests", "tokenizer", "fixtures", "llama3_like.tokenizer.json")
 
 # ~25M parameters: the 32M benchmark architecture of cpu_compare.py with the fixture's vocabulary.
@@ -275,25 +277,6 @@ def torch_worker(args):
 # --------------------------------------------------------------------------- driver
 
 
-def run_json(cmd, timeout, env=None):
-    """Runs cmd; returns (summary dict from its last stdout line, None) or (None, error)."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout} s"
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        message = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["?"])
-        return None, f"exit {proc.returncode}: {message[-1][:300]}"
-    try:
-        summary = json.loads(lines[-1])
-    except json.JSONDecodeError:
-        return None, f"last stdout line is not JSON: {lines[-1][:200]}"
-    summary["stdout"] = proc.stdout
-    summary["stderr"] = proc.stderr
-    return summary, None
-
-
 def anvil_command(args, run_dir, full, dtype):
     overrides = {
         "logging.json": "true", "training.eval_steps": 0, "training.eval_every": 0,
@@ -434,10 +417,6 @@ def summarise(args, results):
     return table
 
 
-def ratio(a, b):
-    return a / b if a is not None and b else None
-
-
 def fmt(value, pattern):
     return "n/a" if value is None else pattern.format(value)
 
@@ -511,24 +490,6 @@ def report(c, table, results):
         for note in notes:
             add(f"- {note}")
     return "\n".join(lines)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
-def load_average():
-    try:
-        return " ".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 def git_head():
