@@ -116,7 +116,7 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
     report.json["tensors"].push_back(row.json);
     width = std::max(width, row.name.size());
   }
-  width = std::min<size_t>(width, 34);
+  width = std::min<size_t>(width, 32);  // rows fit 80 columns
   // As PEFT's print_trainable_parameters: the adapters count towards all parameters.
   const int64_t trainable = model.trainable().layout().total_params();
   const int64_t everything =
@@ -124,9 +124,9 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
   report.json["parameters"] = {{"trainable", trainable}, {"all", everything}};
   report.text = fmt::format("trainable parameters: {} of {} ({:.3f}%)\n", trainable, everything,
                             100.0 * static_cast<double>(trainable) / static_cast<double>(everything));
-  report.text += fmt::format("sharding ({}; rank 0's part; w/g/o = weights, gradients, "
-                             "optimizer state):\n",
-                             mesh.describe());
+  report.text += fmt::format("sharding: {}\n", mesh.describe());
+  report.text += "  (here: rank 0's part; split: w/g/o = weights/gradients/optimizer state\n"
+                 "  split over fsdp, - when nothing is)\n";
   report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9}\n", "tensor", width,
                              "global", "here", "dtype", "kind", "split");
   for (const TensorRow& row : rows) {
