@@ -70,13 +70,6 @@ SEED = 1337
 WARMUP_STEPS_EXCLUDED = 2
 SIDES = ("anvil-lora", "peft-lora", "anvil-full", "torch-full")
 
-LLAMA3_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
-    "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
-    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
-    "{% endif %}")
 
 WORDS = ("the a of to and in is it that for on with as was by at this from be have or are not "
          "model train data token layer weight step loss rate batch window memory thread cache "
@@ -91,6 +84,9 @@ def make_fixture(args):
     """Writes the HF model folder and the JSONL data set (called as --make-fixture)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    from sft_fixtures import LLAMA3_TEMPLATE  # the Llama 3 Instruct template, written out once
 
     with open(TOKENIZER_FIXTURE) as f:
         tok = json.load(f)
