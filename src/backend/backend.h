@@ -78,6 +78,14 @@ class Backend : public Allocator {
   virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
   // dtable (V, C) f32 += scatter of dout (N, C) by ids.
   virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
+  // Vocabulary-parallel embedding (tensor parallelism): table (Vs, C) holds rows
+  // [begin, begin + Vs) of the full table. out (N, C) = table[id - begin] for ids inside the
+  // shard, 0 for every other id. Throws for a negative id.
+  virtual void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out,
+                                       int64_t begin) = 0;
+  // dtable (Vs, C) f32 += scatter of the rows of dout (N, C) whose ids lie inside the shard.
+  virtual void embedding_shard_backward(const Tensor& ids, const Tensor& dout,
+                                        const Tensor& dtable, int64_t begin) = 0;
 
   // out (N, C) = x / rms(x) * weight (C); rstd (N) f32 = 1/sqrt(mean(x^2) + eps).
   virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
@@ -130,6 +138,21 @@ class Backend : public Allocator {
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                              int ignore_index, const Tensor& losses, const Tensor* dlogits,
                              float grad_scale) = 0;
+  // Vocabulary-parallel cross-entropy, first half: logits (N, Vs) f32 or bf16 hold columns
+  // [begin, begin + Vs) of the full logits. stats (N, 3) f32 per row: the row maximum m, the sum
+  // of exp(x - m) over the shard (accumulated in double, rounded once), and the logit of the row's
+  // target when the target lies inside the shard (0 otherwise, and 0 for target == ignore_index).
+  virtual void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets,
+                                         int ignore_index, int64_t begin,
+                                         const Tensor& stats) = 0;
+  // Second half, once the caller has combined the shards' stats into each full row's logsumexp
+  // lse (N) f32: dlogits (N, Vs) = (exp(x - lse) - onehot(target - begin)) * mask * grad_scale,
+  // where a row whose target is ignore_index or whose loss_mask (N) f32 is 0 gets 0. dlogits may
+  // alias logits (f32 or bf16, like cross_entropy's dlogits).
+  virtual void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                            const Tensor* loss_mask, int ignore_index,
+                                            int64_t begin, const Tensor& lse,
+                                            const Tensor& dlogits, float grad_scale) = 0;
 
   // One AdamW step on a flat f32 parameter with its f32 gradient and moments (all (n)).
   // When param_copy is given (bf16 or f32, (n)), it receives the updated parameter.

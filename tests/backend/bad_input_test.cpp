@@ -64,6 +64,74 @@ TEST(BadInput, CrossEntropyTargetOutOfRange) {
   }
 }
 
+TEST(BadInput, ShardOpsRejectNegativeIdsAndTargetsOnly) {
+  for (const auto& backend : available_backends()) {
+    Workspace ws(*backend);
+    Backend& be = *backend;
+    const DType f32 = DType::f32, bf16 = DType::bf16;
+    Rng rng(2);
+    // A shard of rows [100, 104) of a larger table; ids anywhere else are fine.
+    const Tensor table = ws.upload("table", random_tensor(rng, f32, Shape{4, 5}));
+    const Tensor out = ws.upload("out", zeros(f32, Shape{3, 5}));
+    const Tensor dtable = ws.upload("dtable", zeros(f32, Shape{4, 5}));
+    const Tensor far_ids = ws.upload("far_ids", int_tensor(Shape{3}, {101, 70000, 0}));
+    EXPECT_NO_THROW(be.embedding_shard_forward(far_ids, table, out, 100)) << be.name();
+    EXPECT_NO_THROW(be.embedding_shard_backward(far_ids, out, dtable, 100)) << be.name();
+    const Tensor ids = ws.upload("ids", int_tensor(Shape{3}, {101, -1, 102}));
+    const Tensor untouched = ws.upload("untouched", zeros(f32, Shape{3, 5}));
+    const std::string id_message =
+        error_message([&] { be.embedding_shard_forward(ids, table, untouched, 100); });
+    EXPECT_NE(id_message.find("[embedding_shard] token id -1 is negative at position 1"),
+              std::string::npos) << be.name() << ": " << id_message;
+    for (double v : ws.download("untouched")) EXPECT_EQ(v, 0.0) << be.name() << " wrote output";
+    EXPECT_THROW(be.embedding_shard_backward(ids, out, dtable, 100), Error);
+    EXPECT_THROW(be.embedding_shard_forward(far_ids, table, out, -1), Error);  // begin < 0
+    EXPECT_THROW(be.embedding_shard_forward(far_ids, table, out.view(Shape{5, 3}), 100), Error);
+    const Tensor dtable_bf16 = ws.upload("dtable_bf16", zeros(bf16, Shape{4, 5}));
+    EXPECT_THROW(be.embedding_shard_backward(far_ids, out, dtable_bf16, 100), Error);
+    EXPECT_THROW(be.embedding_shard_forward(out.view(Shape{15}), table, out, 100), Error);
+
+    // A shard of columns [37, 74): targets of other shards and ignore_index are normal.
+    const Tensor logits = ws.upload("logits", zeros(f32, Shape{2, 37}));
+    const Tensor stats = ws.upload("stats", zeros(f32, Shape{2, 3}));
+    const Tensor lse = ws.upload("lse", zeros(f32, Shape{2}));
+    const Tensor dlogits = ws.upload("dlogits", zeros(f32, Shape{2, 37}));
+    const Tensor far_targets = ws.upload("far_targets", int_tensor(Shape{2}, {70000, -100}));
+    EXPECT_NO_THROW(be.cross_entropy_shard_stats(logits, far_targets, -100, 37, stats));
+    EXPECT_NO_THROW(be.cross_entropy_shard_backward(logits, far_targets, nullptr, -100, 37, lse,
+                                                    dlogits, 1.0f));
+    const Tensor negative = ws.upload("negative", int_tensor(Shape{2}, {3, -5}));
+    const std::string target_message =
+        error_message([&] { be.cross_entropy_shard_stats(logits, negative, -100, 37, stats); });
+    EXPECT_NE(target_message.find("[cross_entropy_shard_stats] target -5 is negative at row 1 "
+                                  "(ignore_index is -100)"),
+              std::string::npos) << be.name() << ": " << target_message;
+    EXPECT_THROW(be.cross_entropy_shard_backward(logits, negative, nullptr, -100, 37, lse,
+                                                 dlogits, 1.0f),
+                 Error);
+    const Tensor stats_narrow = ws.upload("stats_narrow", zeros(f32, Shape{2, 2}));
+    EXPECT_THROW(be.cross_entropy_shard_stats(logits, far_targets, -100, 37, stats_narrow), Error);
+    const Tensor int_logits = ws.upload("int_logits", int_tensor(Shape{2, 1}, {0, 0}));
+    EXPECT_THROW(be.cross_entropy_shard_stats(int_logits, far_targets, -100, 37, stats), Error);
+    EXPECT_THROW(be.cross_entropy_shard_stats(logits, far_targets, -100, -37, stats), Error);
+    const Tensor lse_long = ws.upload("lse_long", zeros(f32, Shape{3}));
+    EXPECT_THROW(be.cross_entropy_shard_backward(logits, far_targets, nullptr, -100, 37,
+                                                 lse_long, dlogits, 1.0f),
+                 Error);
+    const Tensor dlogits_wide = ws.upload("dlogits_wide", zeros(f32, Shape{2, 38}));
+    EXPECT_THROW(be.cross_entropy_shard_backward(logits, far_targets, nullptr, -100, 37, lse,
+                                                 dlogits_wide, 1.0f),
+                 Error);
+    const Tensor mask_bf16 = ws.upload("mask_bf16", zeros(bf16, Shape{2}));
+    EXPECT_THROW(be.cross_entropy_shard_backward(logits, far_targets, &mask_bf16, -100, 37, lse,
+                                                 dlogits, 1.0f),
+                 Error);
+    std::printf("[ops] bad input on %s: shard ops accept ids/targets outside the shard and "
+                "reject negative ones: %s / %s\n",
+                be.name().c_str(), id_message.c_str(), target_message.c_str());
+  }
+}
+
 TEST(BadInput, ShapeAndDtypeMismatches) {
   for (const auto& backend : available_backends()) {
     Workspace ws(*backend);

@@ -72,6 +72,16 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const
   cpu_ref::embedding_backward(ids, dout, dtable);
 }
 
+void CpuBackend::embedding_shard_forward(const Tensor& ids, const Tensor& table,
+                                         const Tensor& out, int64_t begin) {
+  cpu_ref::embedding_shard_forward(ids, table, out, begin);
+}
+
+void CpuBackend::embedding_shard_backward(const Tensor& ids, const Tensor& dout,
+                                          const Tensor& dtable, int64_t begin) {
+  cpu_ref::embedding_shard_backward(ids, dout, dtable, begin);
+}
+
 void CpuBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                                  const Tensor& rstd, float eps) {
   if (optimized_) return optimized_->rmsnorm_forward(x, weight, out, rstd, eps);
@@ -155,6 +165,20 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
     return optimized_->cross_entropy(logits, targets, loss_mask, ignore_index, losses, dlogits,
                                      grad_scale);
   cpu_ref::cross_entropy(logits, targets, loss_mask, ignore_index, losses, dlogits, grad_scale);
+}
+
+void CpuBackend::cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets,
+                                           int ignore_index, int64_t begin,
+                                           const Tensor& stats) {
+  cpu_ref::cross_entropy_shard_stats(logits, targets, ignore_index, begin, stats);
+}
+
+void CpuBackend::cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                              const Tensor* loss_mask, int ignore_index,
+                                              int64_t begin, const Tensor& lse,
+                                              const Tensor& dlogits, float grad_scale) {
+  cpu_ref::cross_entropy_shard_backward(logits, targets, loss_mask, ignore_index, begin, lse,
+                                        dlogits, grad_scale);
 }
 
 void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,

@@ -37,6 +37,10 @@ class CpuBackend final : public Backend {
               bool transpose_b, float alpha, float beta) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out,
+                               int64_t begin) override;
+  void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                                int64_t begin) override;
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                        const Tensor& rstd, float eps) override;
   void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -62,6 +66,12 @@ class CpuBackend final : public Backend {
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                      int ignore_index, const Tensor& losses, const Tensor* dlogits,
                      float grad_scale) override;
+  void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, int ignore_index,
+                                 int64_t begin, const Tensor& stats) override;
+  void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                    const Tensor* loss_mask, int ignore_index, int64_t begin,
+                                    const Tensor& lse, const Tensor& dlogits,
+                                    float grad_scale) override;
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& params, const Tensor* param_copy) override;
   double sum_squares(const Tensor& x) override;

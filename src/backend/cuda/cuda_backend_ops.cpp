@@ -63,6 +63,14 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
   CUDA_CHECK_LAUNCH("embedding_backward");
 }
 
+void CudaBackend::embedding_shard_forward(const Tensor&, const Tensor&, const Tensor&, int64_t) {
+  ANVIL_FAIL("[cuda] op embedding_shard_forward is not implemented");
+}
+
+void CudaBackend::embedding_shard_backward(const Tensor&, const Tensor&, const Tensor&, int64_t) {
+  ANVIL_FAIL("[cuda] op embedding_shard_backward is not implemented");
+}
+
 void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& o,
                                   const Tensor& rstd, float eps) {
   check_tensor(x, "rmsnorm", "x", kActivationDtypes);
@@ -235,6 +243,16 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
   cuda::launch_cross_entropy(in(logits), targets.i32(), loss_mask ? loss_mask->f32() : nullptr,
                              ignore_index, losses.f32(), gradient, grad_scale, N, V, stream());
   CUDA_CHECK_LAUNCH("cross_entropy");
+}
+
+void CudaBackend::cross_entropy_shard_stats(const Tensor&, const Tensor&, int, int64_t,
+                                            const Tensor&) {
+  ANVIL_FAIL("[cuda] op cross_entropy_shard_stats is not implemented");
+}
+
+void CudaBackend::cross_entropy_shard_backward(const Tensor&, const Tensor&, const Tensor*, int,
+                                               int64_t, const Tensor&, const Tensor&, float) {
+  ANVIL_FAIL("[cuda] op cross_entropy_shard_backward is not implemented");
 }
 
 void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,

@@ -4,6 +4,9 @@
 // gradient. The loss is weighted by the mask, so dlogits is exactly grad_scale times the
 // gradient of sum(losses). A row is fully read before its dlogits are written, so dlogits may
 // alias logits.
+// The vocabulary-parallel pair splits the same computation at the logsumexp: each shard of
+// columns reports (max, sum of exp(x - max), target logit), the caller combines the shards
+// into lse, and the backward writes exp(x - lse) - onehot for its columns.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -56,6 +59,77 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* lo
       row[j] = (softmax - (j == target[n] ? 1.0f : 0.0f)) * weight;
     }
     write_floats(*dlogits, n * V, V, row.data());
+  }
+}
+
+namespace {
+
+// Throws "[cross_entropy_shard_stats] target -5 is negative at row 1 (ignore_index is -100)";
+// targets outside the shard are normal, they are some other shard's columns.
+void check_shard_targets(const Tensor& targets, int ignore_index, const char* op) {
+  const int32_t* target = targets.i32();
+  for (int64_t n = 0; n < targets.numel(); ++n)
+    ANVIL_CHECK(target[n] == ignore_index || target[n] >= 0,
+                "[{}] target {} is negative at row {} (ignore_index is {})", op, target[n], n,
+                ignore_index);
+}
+
+}  // namespace
+
+void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, int ignore_index,
+                               int64_t begin, const Tensor& stats) {
+  const char* op = "cross_entropy_shard_stats";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], Vs = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  check_tensor(stats, op, "stats", {DType::f32}, Shape{N, 3});
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  check_shard_targets(targets, ignore_index, op);
+  const int32_t* target = targets.i32();
+  float* out = stats.f32();
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<float> row = read_floats(logits, n * Vs, Vs);
+    // An empty shard reports (-inf, 0), which the combination weights by exp(-inf) = 0.
+    float row_max = -std::numeric_limits<float>::infinity();
+    for (float x : row) row_max = std::max(row_max, x);
+    double sum = 0.0;
+    for (float x : row) sum += std::exp(static_cast<double>(x - row_max));
+    const int64_t local = static_cast<int64_t>(target[n]) - begin;
+    const bool owned = target[n] != ignore_index && local >= 0 && local < Vs;
+    out[n * 3 + 0] = row_max;
+    out[n * 3 + 1] = static_cast<float>(sum);
+    out[n * 3 + 2] = owned ? row[local] : 0.0f;
+  }
+}
+
+void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                  const Tensor* loss_mask, int ignore_index, int64_t begin,
+                                  const Tensor& lse, const Tensor& dlogits, float grad_scale) {
+  const char* op = "cross_entropy_shard_backward";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], Vs = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{N});
+  check_tensor(dlogits, op, "dlogits", kActivationDtypes, logits.shape);
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  check_shard_targets(targets, ignore_index, op);
+  const int32_t* target = targets.i32();
+  for (int64_t n = 0; n < N; ++n) {
+    const float mask = loss_mask ? loss_mask->f32()[n] : 1.0f;
+    std::vector<float> row = read_floats(logits, n * Vs, Vs);
+    if (target[n] == ignore_index || mask == 0.0f) {
+      std::fill(row.begin(), row.end(), 0.0f);
+    } else {
+      const float row_lse = lse.f32()[n];
+      const int64_t local = static_cast<int64_t>(target[n]) - begin;
+      const float weight = mask * grad_scale;
+      for (int64_t j = 0; j < Vs; ++j)
+        row[j] = (std::exp(row[j] - row_lse) - (j == local ? 1.0f : 0.0f)) * weight;
+    }
+    write_floats(dlogits, n * Vs, Vs, row.data());
   }
 }
 

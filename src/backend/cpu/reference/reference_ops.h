@@ -25,6 +25,13 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
 // dtable (V, C) f32 += rows of dout (N, C), added in row order (deterministic).
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
+// out (N, C) = table (Vs, C)[id - begin] for ids in [begin, begin + Vs), 0 for other ids;
+// throws for a negative id before writing anything.
+void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out,
+                             int64_t begin);
+// dtable (Vs, C) f32 += the rows of dout whose ids lie in the shard, added in row order.
+void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                              int64_t begin);
 
 // out = weight * (x * rstd) with rstd = 1 / sqrt(mean(x^2) + eps), as Hugging Face computes it.
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out, const Tensor& rstd,
@@ -80,6 +87,16 @@ void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed);
 void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                    int ignore_index, const Tensor& losses, const Tensor* dlogits,
                    float grad_scale);
+// Per row of the shard's columns: stats = (f32 max m, sum exp(x - m) in double rounded once,
+// x[target - begin] when the target is a column of the shard, else 0). Targets must be
+// ignore_index or >= 0.
+void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, int ignore_index,
+                               int64_t begin, const Tensor& stats);
+// dlogits = (exp(x - lse) - onehot(target - begin)) * mask * grad_scale in f32, 0 for ignored
+// rows; a row is read before it is written, so dlogits may alias logits.
+void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                  const Tensor* loss_mask, int ignore_index, int64_t begin,
+                                  const Tensor& lse, const Tensor& dlogits, float grad_scale);
 
 // torch.optim.AdamW's single-tensor step, with its order of f32 operations (see adamw.cpp).
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
