@@ -157,9 +157,9 @@ ShardRun run_shards(Backend& backend, const CrossEntropyShardRow& r, const HostT
   ShardRun run;
   for (int t = 0; t < shards; ++t) {
     const std::string s = std::to_string(t);
-    ws.upload("logits" + s, columns(logits, t * Vs, Vs));
-    backend.cross_entropy_shard_stats(ws["logits" + s], targets, kIgnoreIndex, t * Vs,
-                                      ws.upload("stats" + s, filled(DType::f32, Shape{N, 3}, kNan)));
+    const Tensor stats = ws.upload("stats" + s, filled(DType::f32, Shape{N, 3}, kNan));
+    backend.cross_entropy_shard_stats(ws.upload("logits" + s, columns(logits, t * Vs, Vs)),
+                                      targets, kIgnoreIndex, t * Vs, stats);
     backend.synchronize();
     run.stats.push_back(ws.download("stats" + s));
   }

@@ -74,11 +74,13 @@ void CpuBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const
 
 void CpuBackend::embedding_shard_forward(const Tensor& ids, const Tensor& table,
                                          const Tensor& out, int64_t begin) {
+  if (optimized_) return optimized_->embedding_shard_forward(ids, table, out, begin);
   cpu_ref::embedding_shard_forward(ids, table, out, begin);
 }
 
 void CpuBackend::embedding_shard_backward(const Tensor& ids, const Tensor& dout,
                                           const Tensor& dtable, int64_t begin) {
+  if (optimized_) return optimized_->embedding_shard_backward(ids, dout, dtable, begin);
   cpu_ref::embedding_shard_backward(ids, dout, dtable, begin);
 }
 
@@ -170,6 +172,8 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
 void CpuBackend::cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets,
                                            int ignore_index, int64_t begin,
                                            const Tensor& stats) {
+  if (optimized_)
+    return optimized_->cross_entropy_shard_stats(logits, targets, ignore_index, begin, stats);
   cpu_ref::cross_entropy_shard_stats(logits, targets, ignore_index, begin, stats);
 }
 
@@ -177,6 +181,9 @@ void CpuBackend::cross_entropy_shard_backward(const Tensor& logits, const Tensor
                                               const Tensor* loss_mask, int ignore_index,
                                               int64_t begin, const Tensor& lse,
                                               const Tensor& dlogits, float grad_scale) {
+  if (optimized_)
+    return optimized_->cross_entropy_shard_backward(logits, targets, loss_mask, ignore_index,
+                                                    begin, lse, dlogits, grad_scale);
   cpu_ref::cross_entropy_shard_backward(logits, targets, loss_mask, ignore_index, begin, lse,
                                         dlogits, grad_scale);
 }

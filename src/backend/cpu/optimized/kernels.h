@@ -53,12 +53,30 @@ struct CrossEntropyArgs {
   float grad_scale;
 };
 
+// The vocabulary-parallel halves of the cross-entropy over a shard of columns
+// [vocab_begin, vocab_begin + Vs) of the full logits; targets are full-vocabulary ids.
+struct CrossEntropyShardArgs {
+  const void* logits;  // (N, Vs), logits_dtype
+  const int32_t* targets;
+  float* stats;            // (N, 3): max, sum of exp(x - max), target logit (stats)
+  const float* loss_mask;  // (N) or null (backward)
+  const float* lse;        // (N), the full rows' logsumexp (backward)
+  void* dlogits;           // (N, Vs), dlogits_dtype; may alias logits (backward)
+  DType logits_dtype, dlogits_dtype;
+  int64_t Vs, vocab_begin;
+  int ignore_index;
+  float grad_scale;
+};
+
+// The table rows [vocab_begin, vocab_begin + V) that dtable holds: the whole table when
+// vocab_begin is 0 and V its row count, a vocabulary shard otherwise (other ids are skipped).
 struct EmbeddingBackwardArgs {
   const int32_t* ids;  // (N)
   const void* dout;    // (N, C), dout_dtype
   float* dtable;       // (V, C), +=
   DType dout_dtype;
   int64_t N, C;
+  int64_t vocab_begin, V;
 };
 
 // One attention call. Tensors are (B, T, H, D) row-major; q, out, dout, dq have Tq rows and
@@ -125,6 +143,12 @@ struct Kernels {
   // Rows [begin, end) of the fused softmax cross-entropy; row_scratch holds V floats.
   void (*cross_entropy)(const CrossEntropyArgs& args, float* row_scratch, int64_t begin,
                         int64_t end);
+  // Rows [begin, end) of a vocabulary shard's cross-entropy statistics.
+  void (*cross_entropy_shard_stats)(const CrossEntropyShardArgs& args, int64_t begin,
+                                    int64_t end);
+  // Rows [begin, end) of a vocabulary shard's dlogits from the full rows' lse.
+  void (*cross_entropy_shard_backward)(const CrossEntropyShardArgs& args, int64_t begin,
+                                       int64_t end);
   // out[0, n) = dropout of x[0, n), elements numbered from `first` (their flat index in the
   // whole tensor): kept (x * keep_scale) where (dropout_hash(seed, index) >> 40) >= threshold.
   void (*dropout)(const void* x, DType x_dtype, void* out, DType out_dtype, int64_t n,

@@ -40,7 +40,8 @@ const Kernels kTable = {"generic",         convert,         add,
                         scale,             axpy,            sum_squares,
                         all_finite,        swiglu_forward,  swiglu_backward,
                         adamw,             rmsnorm_forward, rmsnorm_backward,
-                        rope,              cross_entropy,   dropout,
+                        rope,              cross_entropy,   cross_entropy_shard_stats,
+                        cross_entropy_shard_backward,       dropout,
                         embedding_backward,
                         attention_forward, attention_backward};
 

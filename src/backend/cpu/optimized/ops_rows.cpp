@@ -1,9 +1,10 @@
-// OptimizedOps row ops: embedding, rmsnorm, RoPE and the fused cross-entropy. Argument checks
-// mirror the reference; rows are split across threads. Reductions across rows (rmsnorm's
-// weight gradient) use one partial per chunk, added in chunk order; the embedding scatter is
-// split by columns so each thread adds its column range of every row in row order, which is
-// deterministic and needs no atomics.
+// OptimizedOps row ops: embedding, rmsnorm, RoPE and the fused cross-entropy, whole and
+// vocabulary-sharded. Argument checks mirror the reference; rows are split across threads.
+// Reductions across rows (rmsnorm's weight gradient) use one partial per chunk, added in chunk
+// order; the embedding scatter is split by columns so each thread adds its column range of
+// every row in row order, which is deterministic and needs no atomics.
 #include <algorithm>
+#include <cstring>
 
 #include "backend/cpu/optimized/optimized_ops.h"
 #include "backend/cpu/optimized/parallel.h"
@@ -34,6 +35,20 @@ void check_ids(const Tensor& ids, int64_t vocab) {
                 "[embedding] token id {} out of range [0, {}) at position {}", id[n], vocab, n);
 }
 
+void check_shard_ids(const Tensor& ids, const char* op) {
+  const int32_t* id = ids.i32();
+  for (int64_t n = 0; n < ids.numel(); ++n)
+    ANVIL_CHECK(id[n] >= 0, "[{}] token id {} is negative at position {}", op, id[n], n);
+}
+
+void check_shard_targets(const Tensor& targets, int ignore_index, const char* op) {
+  const int32_t* target = targets.i32();
+  for (int64_t n = 0; n < targets.numel(); ++n)
+    ANVIL_CHECK(target[n] == ignore_index || target[n] >= 0,
+                "[{}] target {} is negative at row {} (ignore_index is {})", op, target[n], n,
+                ignore_index);
+}
+
 }  // namespace
 
 void OptimizedOps::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
@@ -61,13 +76,59 @@ void OptimizedOps::embedding_backward(const Tensor& ids, const Tensor& dout,
   const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
   check_tensor(dout, "embedding_backward", "dout", kActivationDtypes, Shape{N, C});
   check_ids(ids, V);
-  const EmbeddingBackwardArgs args{ids.i32(), dout.data, dtable.f32(), dout.dtype, N, C};
+  scatter_rows(EmbeddingBackwardArgs{ids.i32(), dout.data, dtable.f32(), dout.dtype, N, C, 0, V});
+}
+
+void OptimizedOps::scatter_rows(const EmbeddingBackwardArgs& args) {
   // Columns in chunks of whole cache lines, each chunk scanning every row.
+  const int64_t C = args.C;
   const int64_t lines = (C + 15) / 16;
-  parallel_ranges(lines, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N)),
+  parallel_ranges(lines, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, args.N)),
                   [&](int64_t, int64_t begin, int64_t end) {
                     kernels_.embedding_backward(args, begin * 16, std::min(C, end * 16));
                   });
+}
+
+void OptimizedOps::embedding_shard_forward(const Tensor& ids, const Tensor& table,
+                                           const Tensor& out, int64_t begin) {
+  const char* op = "embedding_shard";
+  check_tensor(ids, op, "ids", {DType::i32});
+  check_rank(ids, op, "ids", 1);
+  check_tensor(table, op, "table", kActivationDtypes);
+  check_rank(table, op, "table", 2);
+  const int64_t N = ids.shape[0], Vs = table.shape[0], C = table.shape[1];
+  check_tensor(out, op, "out", kActivationDtypes, Shape{N, C});
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  check_shard_ids(ids, op);
+  const int32_t* id = ids.i32();
+  const size_t out_row_bytes = static_cast<size_t>(C) * dtype_size(out.dtype);
+  parallel_ranges(N, row_grain(C), [&](int64_t, int64_t first, int64_t last) {
+    for (int64_t n = first; n < last; ++n) {
+      const int64_t local = id[n] - begin;
+      void* dst = element(out.data, out.dtype, n * C);
+      if (local < 0 || local >= Vs) {
+        std::memset(dst, 0, out_row_bytes);  // all-zero bits are +0 in f32 and bf16
+        continue;
+      }
+      kernels_.convert(element(table.data, table.dtype, local * C), table.dtype, dst,
+                       out.dtype, C);
+    }
+  });
+}
+
+void OptimizedOps::embedding_shard_backward(const Tensor& ids, const Tensor& dout,
+                                            const Tensor& dtable, int64_t begin) {
+  const char* op = "embedding_shard_backward";
+  check_tensor(ids, op, "ids", {DType::i32});
+  check_rank(ids, op, "ids", 1);
+  check_tensor(dtable, op, "dtable", {DType::f32});
+  check_rank(dtable, op, "dtable", 2);
+  const int64_t N = ids.shape[0], Vs = dtable.shape[0], C = dtable.shape[1];
+  check_tensor(dout, op, "dout", kActivationDtypes, Shape{N, C});
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  check_shard_ids(ids, op);
+  scatter_rows(
+      EmbeddingBackwardArgs{ids.i32(), dout.data, dtable.f32(), dout.dtype, N, C, begin, Vs});
 }
 
 void OptimizedOps::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
@@ -195,6 +256,61 @@ void OptimizedOps::cross_entropy(const Tensor& logits, const Tensor& targets,
   float* rows = scratch(cross_entropy_rows_, range_chunks(N, row_grain(V)) * row_floats);
   parallel_ranges(N, row_grain(V), [&](int64_t chunk, int64_t begin, int64_t end) {
     kernels_.cross_entropy(args, rows + chunk * row_floats, begin, end);
+  });
+}
+
+void OptimizedOps::cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets,
+                                             int ignore_index, int64_t begin,
+                                             const Tensor& stats) {
+  const char* op = "cross_entropy_shard_stats";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], Vs = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  check_tensor(stats, op, "stats", {DType::f32}, Shape{N, 3});
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  check_shard_targets(targets, ignore_index, op);
+  CrossEntropyShardArgs args{};
+  args.logits = logits.data;
+  args.targets = targets.i32();
+  args.stats = stats.f32();
+  args.logits_dtype = logits.dtype;
+  args.Vs = Vs;
+  args.vocab_begin = begin;
+  args.ignore_index = ignore_index;
+  parallel_ranges(N, row_grain(Vs), [&](int64_t, int64_t first, int64_t last) {
+    kernels_.cross_entropy_shard_stats(args, first, last);
+  });
+}
+
+void OptimizedOps::cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                                const Tensor* loss_mask, int ignore_index,
+                                                int64_t begin, const Tensor& lse,
+                                                const Tensor& dlogits, float grad_scale) {
+  const char* op = "cross_entropy_shard_backward";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], Vs = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{N});
+  check_tensor(dlogits, op, "dlogits", kActivationDtypes, logits.shape);
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  check_shard_targets(targets, ignore_index, op);
+  CrossEntropyShardArgs args{};
+  args.logits = logits.data;
+  args.targets = targets.i32();
+  args.loss_mask = loss_mask ? loss_mask->f32() : nullptr;
+  args.lse = lse.f32();
+  args.dlogits = dlogits.data;
+  args.logits_dtype = logits.dtype;
+  args.dlogits_dtype = dlogits.dtype;
+  args.Vs = Vs;
+  args.vocab_begin = begin;
+  args.ignore_index = ignore_index;
+  args.grad_scale = grad_scale;
+  parallel_ranges(N, row_grain(Vs), [&](int64_t, int64_t first, int64_t last) {
+    kernels_.cross_entropy_shard_backward(args, first, last);
   });
 }
 

@@ -34,6 +34,10 @@ class OptimizedOps {
               bool transpose_b, float alpha, float beta);
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
+  void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out,
+                               int64_t begin);
+  void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                                int64_t begin);
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                        const Tensor& rstd, float eps);
   void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -58,6 +62,11 @@ class OptimizedOps {
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                      int ignore_index, const Tensor& losses, const Tensor* dlogits,
                      float grad_scale);
+  void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, int ignore_index,
+                                 int64_t begin, const Tensor& stats);
+  void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                    const Tensor* loss_mask, int ignore_index, int64_t begin,
+                                    const Tensor& lse, const Tensor& dlogits, float grad_scale);
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWParams& params, const Tensor* param_copy);
   double sum_squares(const Tensor& x);
@@ -66,6 +75,8 @@ class OptimizedOps {
  private:
   // Returns at least `floats` floats of scratch in `buffer`, growing it when needed.
   static float* scratch(Buffer& buffer, int64_t floats);
+  // Runs the embedding scatter-add split by columns across threads.
+  void scatter_rows(const EmbeddingBackwardArgs& args);
   void rotate(const char* op, const Tensor& in, const Tensor& out, const Tensor& positions,
               const RopeParams& params, float sin_sign);
 
