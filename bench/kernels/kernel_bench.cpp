@@ -271,6 +271,22 @@ void run_ops_section(const Options& o) {
                be.cross_entropy(logits, targets, nullptr, -100, losses, &dlogits, 1.0f);
              };
            });
+    // The second of two vocabulary shards: stats, then dlogits from a given lse (the two
+    // halves of the vocabulary-parallel cross-entropy).
+    report("cross_entropy_shard (N,V/2)" + tag, N * (V / 2) * (8.0 + es), false,
+           [&](Backend& be, TensorPool& p) {
+             const int64_t Vs = V / 2;
+             const Tensor logits = p.random(DType::f32, Shape{N, Vs}, -4.0f, 4.0f);
+             const Tensor targets = p.random(DType::i32, Shape{N}, 0.0f, static_cast<float>(V));
+             const Tensor stats = p.random(DType::f32, Shape{N, 3});
+             const Tensor lse = p.random(DType::f32, Shape{N}, 10.0f, 11.0f);
+             const Tensor dlogits = p.random(dt, Shape{N, Vs});
+             return [&be, logits, targets, stats, lse, dlogits, Vs] {
+               be.cross_entropy_shard_stats(logits, targets, -100, Vs, stats);
+               be.cross_entropy_shard_backward(logits, targets, nullptr, -100, Vs, lse, dlogits,
+                                               1.0f);
+             };
+           });
   }
   report("embedding fwd (N,C) f32", N * C * 8.0, false, [&](Backend& be, TensorPool& p) {
     const Tensor ids = p.random(DType::i32, Shape{N}, 0.0f, static_cast<float>(V));
