@@ -1,7 +1,8 @@
 // CudaBackend on a real GPU: pinned host<->device copies, allocator reuse and statistics,
 // cuBLASLt matmul over shapes/transposes/batches/dtypes against cpu-ref, and the ops whose
-// result must equal the CPU's bit for bit (embedding backward, AdamW, dropout) or that must
-// throw like it (bad ids/targets). Every test skips with the reason when there is no device;
+// result must equal the CPU's bit for bit (embedding backward and its vocabulary shards, AdamW,
+// dropout) or that must throw like it (bad ids/targets), and the vocabulary-parallel
+// cross-entropy against cpu-ref. Every test skips with the reason when there is no device;
 // the full op-by-op conformance run is tests/backend's driver, which includes cuda then.
 #include "backend/cuda/cuda_backend.h"
 
@@ -158,6 +159,93 @@ TEST_F(CudaBackendTest, EmbeddingBackwardWithRepeatedIdsEqualsTheCpuBitForBit) {
     results.push_back(read(*backend, dtable));
   }
   EXPECT_EQ(results[0], results[1]);
+}
+
+TEST_F(CudaBackendTest, EmbeddingShardsEqualTheCpuBitForBit) {
+  // Three shards of a (9, C) table; ids repeat and reach every shard.
+  const std::vector<int32_t> ids = {3, 1, 8, 0, 3, 5, 6, 3, 8, 2};
+  const int64_t N = 10, Vs = 3, C = 37;
+  const std::vector<float> dout = pattern(N * C, 5);
+  for (int64_t begin : {0, 3, 6}) {
+    std::vector<std::vector<float>> outs, grads;
+    for (Backend* backend : {static_cast<Backend*>(cuda_.get()), cpu_.get()}) {
+      const Tensor ids_t = make_ids(*backend, ids);
+      const Tensor table = make(*backend, DType::bf16, Shape{Vs, C}, pattern(Vs * C, 6));
+      const Tensor out = make(*backend, DType::f32, Shape{N, C}, pattern(N * C, 7));
+      backend->embedding_shard_forward(ids_t, table, out, begin);
+      outs.push_back(read(*backend, out));
+      const Tensor dtable = make(*backend, DType::f32, Shape{Vs, C}, pattern(Vs * C, 8));
+      backend->embedding_shard_backward(ids_t, make(*backend, DType::bf16, Shape{N, C}, dout),
+                                        dtable, begin);
+      grads.push_back(read(*backend, dtable));
+    }
+    EXPECT_EQ(outs[0], outs[1]) << "shard at " << begin;
+    EXPECT_EQ(grads[0], grads[1]) << "shard at " << begin;
+  }
+}
+
+TEST_F(CudaBackendTest, CrossEntropyShardsMatchTheReference) {
+  // Two column shards of (6, 2 * 700) logits; targets in both shards, one ignored, one masked.
+  const std::vector<int32_t> targets = {0, 699, 700, -100, 1399, 5};
+  const std::vector<float> mask = {1, 1, 0.5f, 1, 1, 0};
+  const int64_t N = 6, Vs = 700;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (int64_t begin : {0, 700}) {
+      std::vector<std::vector<float>> stats, grads;
+      for (Backend* backend : {static_cast<Backend*>(cuda_.get()), cpu_.get()}) {
+        std::vector<float> logits = pattern(N * Vs, static_cast<int>(begin));
+        for (float& x : logits) x *= 6.0f;
+        const Tensor logits_t = make(*backend, dtype, Shape{N, Vs}, logits);
+        const Tensor targets_t = make_ids(*backend, targets);
+        const Tensor stats_t = make(*backend, DType::f32, Shape{N, 3}, pattern(N * 3, 1));
+        backend->cross_entropy_shard_stats(logits_t, targets_t, -100, begin, stats_t);
+        stats.push_back(read(*backend, stats_t));
+        const Tensor mask_t = make(*backend, DType::f32, Shape{N}, mask);
+        const Tensor lse =
+            make(*backend, DType::f32, Shape{N}, {7.5f, 7.0f, 8.0f, 7.0f, 7.25f, 7.0f});
+        // In place: dlogits aliases logits.
+        backend->cross_entropy_shard_backward(logits_t, targets_t, &mask_t, -100, begin, lse,
+                                              logits_t, 0.5f);
+        grads.push_back(read(*backend, logits_t));
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        EXPECT_EQ(stats[0][n * 3], stats[1][n * 3]) << "max of row " << n;
+        EXPECT_NEAR(stats[0][n * 3 + 1], stats[1][n * 3 + 1], 1e-6 * stats[1][n * 3 + 1]);
+        EXPECT_EQ(stats[0][n * 3 + 2], stats[1][n * 3 + 2]) << "target logit of row " << n;
+      }
+      double worst = 0.0, peak = 0.0;
+      for (size_t i = 0; i < grads[1].size(); ++i) {
+        worst = std::max(worst, std::fabs(double{grads[0][i]} - grads[1][i]));
+        peak = std::max(peak, std::fabs(double{grads[1][i]}));
+      }
+      EXPECT_LE(worst / peak, dtype == DType::bf16 ? 2e-2 : 1e-5)
+          << dtype_name(dtype) << " shard at " << begin;
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, BadShardIdsAndTargetsThrowLikeTheReference) {
+  const Tensor table = make(*cuda_, DType::f32, Shape{5, 4}, pattern(20, 1));
+  const Tensor out = make(*cuda_, DType::f32, Shape{3, 4}, pattern(12, 2));
+  EXPECT_NO_THROW(cuda_->embedding_shard_forward(make_ids(*cuda_, {0, 70000, 11}), table, out, 10));
+  try {
+    cuda_->embedding_shard_forward(make_ids(*cuda_, {0, -7, 1}), table, out, 10);
+    FAIL() << "expected a bad-id error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "[embedding_shard] token id -7 is negative at position 1");
+  }
+  const Tensor logits = make(*cuda_, DType::f32, Shape{3, 5}, pattern(15, 3));
+  const Tensor stats = make(*cuda_, DType::f32, Shape{3, 3}, pattern(9, 4));
+  EXPECT_NO_THROW(
+      cuda_->cross_entropy_shard_stats(logits, make_ids(*cuda_, {-100, 4, 9000}), -100, 5, stats));
+  try {
+    cuda_->cross_entropy_shard_stats(logits, make_ids(*cuda_, {1, -100, -5}), -100, 5, stats);
+    FAIL() << "expected a bad-target error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "[cross_entropy_shard_stats] target -5 is negative at row 2 (ignore_index is "
+                 "-100)");
+  }
 }
 
 TEST_F(CudaBackendTest, BadIdsAndTargetsThrowLikeTheReference) {

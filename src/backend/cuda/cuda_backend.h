@@ -4,8 +4,9 @@
 // staging for host transfers, cuBLASLt GEMMs, and one kernel file per op (cuda_ops.h).
 // Attention's kernels are attention*.cu (attention.h). Every op checks devices, dtypes and
 // shapes on the host, with the CPU reference's messages, before anything is launched. Ops
-// that must report bad indices (embedding, cross_entropy) or return a host value
-// (sum_squares, all_finite) synchronize; all others return with the work queued.
+// that must report bad indices (embedding, cross_entropy, and their vocabulary-shard forms) or
+// return a host value (sum_squares, all_finite) synchronize; all others return with the work
+// queued.
 #pragma once
 
 #include <map>

@@ -20,6 +20,10 @@ using cuda::kActivationDtypes;
 using cuda::kFloatDtypes;
 using cuda::out;
 
+// An index limit no i32 reaches: the shard ops reject negative indices only, since ids and
+// targets of other shards are normal.
+constexpr int64_t kAnyIndex = int64_t{1} << 32;
+
 class CudaBackend::Scratch {
  public:
   Scratch(cuda::CachingAllocator& allocator, size_t bytes)
@@ -44,7 +48,7 @@ void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& table, cons
   const auto [position, id] = find_bad_index(ids, V, false, 0);
   ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
               position);
-  cuda::launch_embedding_forward(ids.i32(), N, in(table), C, out(o), stream());
+  cuda::launch_embedding_forward(ids.i32(), N, in(table), 0, V, C, out(o), stream());
   CUDA_CHECK_LAUNCH("embedding_forward");
 }
 
@@ -59,16 +63,40 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
   const auto [position, id] = find_bad_index(ids, V, false, 0);
   ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
               position);
-  cuda::launch_embedding_backward(ids.i32(), N, in(dout), C, dtable.f32(), stream());
+  cuda::launch_embedding_backward(ids.i32(), N, in(dout), C, 0, V, dtable.f32(), stream());
   CUDA_CHECK_LAUNCH("embedding_backward");
 }
 
-void CudaBackend::embedding_shard_forward(const Tensor&, const Tensor&, const Tensor&, int64_t) {
-  ANVIL_FAIL("[cuda] op embedding_shard_forward is not implemented");
+void CudaBackend::embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& o,
+                                          int64_t begin) {
+  const char* op = "embedding_shard";
+  check_tensor(ids, op, "ids", {DType::i32});
+  check_rank(ids, op, "ids", 1);
+  check_tensor(table, op, "table", kActivationDtypes);
+  check_rank(table, op, "table", 2);
+  const int64_t N = ids.shape[0], Vs = table.shape[0], C = table.shape[1];
+  check_tensor(o, op, "out", kActivationDtypes, Shape{N, C});
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  const auto [position, id] = find_bad_index(ids, kAnyIndex, false, 0);
+  ANVIL_CHECK(position < 0, "[{}] token id {} is negative at position {}", op, id, position);
+  cuda::launch_embedding_forward(ids.i32(), N, in(table), begin, Vs, C, out(o), stream());
+  CUDA_CHECK_LAUNCH("embedding_shard_forward");
 }
 
-void CudaBackend::embedding_shard_backward(const Tensor&, const Tensor&, const Tensor&, int64_t) {
-  ANVIL_FAIL("[cuda] op embedding_shard_backward is not implemented");
+void CudaBackend::embedding_shard_backward(const Tensor& ids, const Tensor& dout,
+                                           const Tensor& dtable, int64_t begin) {
+  const char* op = "embedding_shard_backward";
+  check_tensor(ids, op, "ids", {DType::i32});
+  check_rank(ids, op, "ids", 1);
+  check_tensor(dtable, op, "dtable", {DType::f32});
+  check_rank(dtable, op, "dtable", 2);
+  const int64_t N = ids.shape[0], Vs = dtable.shape[0], C = dtable.shape[1];
+  check_tensor(dout, op, "dout", kActivationDtypes, Shape{N, C});
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  const auto [position, id] = find_bad_index(ids, kAnyIndex, false, 0);
+  ANVIL_CHECK(position < 0, "[{}] token id {} is negative at position {}", op, id, position);
+  cuda::launch_embedding_backward(ids.i32(), N, in(dout), C, begin, Vs, dtable.f32(), stream());
+  CUDA_CHECK_LAUNCH("embedding_shard_backward");
 }
 
 void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& o,
@@ -245,14 +273,45 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
   CUDA_CHECK_LAUNCH("cross_entropy");
 }
 
-void CudaBackend::cross_entropy_shard_stats(const Tensor&, const Tensor&, int, int64_t,
-                                            const Tensor&) {
-  ANVIL_FAIL("[cuda] op cross_entropy_shard_stats is not implemented");
+void CudaBackend::cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets,
+                                            int ignore_index, int64_t begin,
+                                            const Tensor& stats) {
+  const char* op = "cross_entropy_shard_stats";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], Vs = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  check_tensor(stats, op, "stats", {DType::f32}, Shape{N, 3});
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  const auto [row, target] = find_bad_index(targets, kAnyIndex, true, ignore_index);
+  ANVIL_CHECK(row < 0, "[{}] target {} is negative at row {} (ignore_index is {})", op, target,
+              row, ignore_index);
+  cuda::launch_cross_entropy_shard_stats(in(logits), targets.i32(), ignore_index, begin,
+                                         stats.f32(), N, Vs, stream());
+  CUDA_CHECK_LAUNCH("cross_entropy_shard_stats");
 }
 
-void CudaBackend::cross_entropy_shard_backward(const Tensor&, const Tensor&, const Tensor*, int,
-                                               int64_t, const Tensor&, const Tensor&, float) {
-  ANVIL_FAIL("[cuda] op cross_entropy_shard_backward is not implemented");
+void CudaBackend::cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
+                                               const Tensor* loss_mask, int ignore_index,
+                                               int64_t begin, const Tensor& lse,
+                                               const Tensor& dlogits, float grad_scale) {
+  const char* op = "cross_entropy_shard_backward";
+  check_tensor(logits, op, "logits", kActivationDtypes);
+  check_rank(logits, op, "logits", 2);
+  const int64_t N = logits.shape[0], Vs = logits.shape[1];
+  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
+  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{N});
+  check_tensor(dlogits, op, "dlogits", kActivationDtypes, logits.shape);
+  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
+  const auto [row, target] = find_bad_index(targets, kAnyIndex, true, ignore_index);
+  ANVIL_CHECK(row < 0, "[{}] target {} is negative at row {} (ignore_index is {})", op, target,
+              row, ignore_index);
+  cuda::launch_cross_entropy_shard_backward(in(logits), targets.i32(),
+                                            loss_mask ? loss_mask->f32() : nullptr, ignore_index,
+                                            begin, lse.f32(), out(dlogits), grad_scale, N, Vs,
+                                            stream());
+  CUDA_CHECK_LAUNCH("cross_entropy_shard_backward");
 }
 
 void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,

@@ -32,12 +32,16 @@ void launch_find_bad_index(const int32_t* indices, int64_t count, int64_t limit,
                            bool allow_ignore, int32_t ignore_index, int64_t* first_bad,
                            cudaStream_t stream);
 
-// out (N, C) = table (V, C)[ids].
-void launch_embedding_forward(const int32_t* ids, int64_t rows, ConstArray table, int64_t cols,
+// out (N, C) = table (Vs, C)[id - vocab_begin] for ids in [vocab_begin, vocab_begin +
+// vocab_rows), 0 for other ids; the whole-table op passes vocab_begin 0 and vocab_rows V.
+void launch_embedding_forward(const int32_t* ids, int64_t rows, ConstArray table,
+                              int64_t vocab_begin, int64_t vocab_rows, int64_t cols,
                               MutableArray out, cudaStream_t stream);
-// dtable (V, C) f32 += dout rows by ids, each table row summed in token order by one block.
+// dtable (Vs, C) f32 += dout rows by ids inside the shard (as launch_embedding_forward's),
+// each table row summed in token order by one block.
 void launch_embedding_backward(const int32_t* ids, int64_t rows, ConstArray dout, int64_t cols,
-                               float* dtable, cudaStream_t stream);
+                               int64_t vocab_begin, int64_t vocab_rows, float* dtable,
+                               cudaStream_t stream);
 
 // out = weight * (x * rstd), rstd (N) = 1/sqrt(mean(x^2) + eps).
 void launch_rmsnorm_forward(ConstArray x, ConstArray weight, MutableArray out, float* rstd,
@@ -72,6 +76,18 @@ void launch_cast(ConstArray src, MutableArray dst, int64_t n, cudaStream_t strea
 void launch_cross_entropy(ConstArray logits, const int32_t* targets, const float* loss_mask,
                           int32_t ignore_index, float* losses, MutableArray dlogits,
                           float grad_scale, int64_t rows, int64_t vocab, cudaStream_t stream);
+// Vocabulary-parallel halves over a shard of columns [vocab_begin, vocab_begin + vocab) with
+// full-vocabulary targets, one block per row: stats (N, 3) = (max, double sum of
+// exp(x - max) rounded once, target logit or 0), and dlogits = (exp(x - lse) - onehot) * mask
+// * grad_scale (0 for ignored rows; may alias logits).
+void launch_cross_entropy_shard_stats(ConstArray logits, const int32_t* targets,
+                                      int32_t ignore_index, int64_t vocab_begin, float* stats,
+                                      int64_t rows, int64_t vocab, cudaStream_t stream);
+void launch_cross_entropy_shard_backward(ConstArray logits, const int32_t* targets,
+                                         const float* loss_mask, int32_t ignore_index,
+                                         int64_t vocab_begin, const float* lse,
+                                         MutableArray dlogits, float grad_scale, int64_t rows,
+                                         int64_t vocab, cudaStream_t stream);
 
 // The f32 scalars of one AdamW step, computed on the host as cpu/reference/adamw.cpp does.
 struct AdamWScalars {
