@@ -42,6 +42,7 @@ void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, co
                               LayerActivations& a, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   linear_forward(backend, a.attn_out, w.wo, a.resid_mid);
+  ctx.tp_all_reduce(a.resid_mid);  // row-parallel o_proj: sum the heads' partial outputs
   if (lora) lora_forward(*lora, LoraTarget::o_proj, a.attn_out, a.resid_mid);
   backend.add(a.resid_mid, x, a.resid_mid);
 }
@@ -84,6 +85,8 @@ void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, co
     lora_backward(*lora, LoraTarget::k_proj, a.attn_norm_out, s.dk, s.d_norm_out);
     lora_backward(*lora, LoraTarget::v_proj, a.attn_norm_out, s.dv, s.d_norm_out);
   }
+  // Column-parallel q/k/v: each tp rank's heads give a partial input gradient.
+  ctx.tp_all_reduce(s.d_norm_out);
   // rmsnorm: d_residual += dL/dx through the norm (it already holds the residual path).
   backend.rmsnorm_backward(s.d_norm_out, x, w.attn_norm, a.attn_rstd, s.d_residual,
                            ctx.norm_grad(g.attn_norm));

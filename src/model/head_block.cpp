@@ -3,19 +3,31 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "model/batch.h"
 #include "model/linear.h"
+#include "model/vocab_parallel.h"
 
 namespace anvil {
 
 void embedding_block_forward(const BlockContext& ctx, const Tensor& table, const Tensor& tokens,
                              const Tensor& out) {
-  ctx.backend->embedding_forward(tokens, table, out);
+  if (!ctx.tp.enabled()) {
+    ctx.backend->embedding_forward(tokens, table, out);
+    return;
+  }
+  // Each position's row lives on one tp rank; the others contribute zeros.
+  ctx.backend->embedding_shard_forward(tokens, table, out, ctx.vocab_begin);
+  ctx.tp_all_reduce(out);
 }
 
 void embedding_block_backward(const BlockContext& ctx, const Tensor& tokens, const Tensor& d_out,
                               const Tensor& dtable) {
-  ctx.backend->embedding_backward(tokens, d_out, dtable);
+  if (!ctx.tp.enabled()) {
+    ctx.backend->embedding_backward(tokens, d_out, dtable);
+    return;
+  }
+  ctx.backend->embedding_shard_backward(tokens, d_out, dtable, ctx.vocab_begin);
 }
 
 namespace {
@@ -36,6 +48,11 @@ void chunk_loss(const BlockContext& ctx, const Tensor& logits, const LossTargets
                 float grad_scale) {
   const Tensor targets = loss.targets.slice(begin, end);
   const Tensor mask = loss.loss_mask.defined() ? loss.loss_mask.slice(begin, end) : Tensor();
+  if (ctx.tp.enabled()) {
+    vocab_parallel_cross_entropy(ctx, logits, targets, mask, acts.losses.slice(begin, end),
+                                 dlogits, grad_scale);
+    return;
+  }
   ctx.backend->cross_entropy(logits, targets, mask.defined() ? &mask : nullptr, kIgnoreIndex,
                              acts.losses.slice(begin, end), dlogits, grad_scale);
 }
@@ -65,6 +82,8 @@ void head_block_forward_backward(const BlockContext& ctx, const LlamaWeights& w,
     linear_backward_input(backend, dlogits, w.lm_head, d_normed.slice(begin, end), false);
     if (g.lm_head.defined()) linear_backward_weight(backend, dlogits, rows, g.lm_head);
   }
+  // Each tp rank's head columns give a partial input gradient (column-parallel head).
+  ctx.tp_all_reduce(d_normed);
   const Tensor d_residual = leading_rows(acts.scratch.d_residual, n, c);
   backend.fill_zero(d_residual);
   backend.rmsnorm_backward(d_normed, x, w.final_norm, acts.final_rstd.flat(0, n), d_residual,
@@ -86,6 +105,7 @@ void head_block_forward_loss(const BlockContext& ctx, const LlamaWeights& w, con
 
 void head_block_forward_logits(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,
                                ModelActivations& acts, const Tensor& logits) {
+  ANVIL_CHECK(!ctx.tp.enabled(), "[model] full logits are not computed under tensor parallelism");
   const Tensor normed = final_norm_forward(ctx, w, x, acts);
   linear_forward(*ctx.backend, normed, w.lm_head, logits);
 }

@@ -30,6 +30,18 @@ Tensor on_device(Backend& backend, const Tensor& t, const Tensor& staging) {
   return dst;
 }
 
+// Under tensor parallelism no single rank sees the whole vocabulary, so ids are checked here
+// (host tensors; a device tensor is checked by the shard ops for negative ids only).
+void check_vocabulary_range(const Tensor& ids, const char* what, int64_t vocab,
+                            bool allow_ignore) {
+  if (!ids.device.is_cpu()) return;
+  const int32_t* id = ids.i32();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    ANVIL_CHECK((allow_ignore && id[i] == kIgnoreIndex) || (id[i] >= 0 && id[i] < vocab),
+                "[model] {} {} out of range [0, {}) at position {}", what, id[i], vocab, i);
+  }
+}
+
 void check_batch_tensor(const Tensor& t, const Shape& shape, DType dtype, const char* what) {
   ANVIL_CHECK(t.defined(), "[model] {} is missing", what);
   check_shape(t, shape, what);
@@ -39,8 +51,16 @@ void check_batch_tensor(const Tensor& t, const Shape& shape, DType dtype, const 
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelOptions& options)
-    : config_(config), backend_(&backend), options_(options) {
+    : full_config_(config),
+      config_(tp_shard_config(config, options.tp.size)),
+      backend_(&backend),
+      options_(options) {
   config_.validate();
+  const TensorParallel& tp = options_.tp;
+  ANVIL_CHECK(tp.rank >= 0 && tp.rank < tp.size, "[model] tp rank {} outside 0..{}", tp.rank,
+              tp.size - 1);
+  ANVIL_CHECK(!tp.enabled() || tp.ops != nullptr,
+              "[model] tensor parallelism needs the tp collectives (ModelOptions::tp.ops)");
   if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len;
   ANVIL_CHECK(options_.compute_dtype == DType::f32 || options_.compute_dtype == DType::bf16,
               "[model] compute dtype must be f32 or bf16, got {}",
@@ -67,6 +87,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
     ANVIL_CHECK(!options_.lora_base_dtype, "[model] lora_base_dtype is set, but LoRA is off");
   }
   layout_ = make_llama_layout(config_, options_.decay_embeddings);
+  full_layout_ = tp.enabled() ? make_llama_layout(full_config_, options_.decay_embeddings) : layout_;
   // With LoRA the base is frozen (no gradients) and allocate_weights/gradients are the
   // adapters'; the base's own buffers follow allocate_frozen.
   params_ = ParameterSet(layout_, backend, lora ? options_.allocate_frozen : options_.allocate_weights,
@@ -82,6 +103,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   if (lora) {
     lora_ = LoraAdapters(config_, options_.lora, backend, options_.compute_dtype,
                          options_.allocate_weights, options_.allocate_gradients);
+    full_lora_layout_ = tp.enabled() ? make_lora_layout(full_config_, options_.lora)
+                                     : lora_.parameters().shared_layout();
   }
 
   const int64_t max_rows = int64_t{options_.max_batch} * options_.max_seq;
@@ -96,6 +119,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
       lora_.carve(arena, max_rows, layer_sets);
       norm_grad_sink_ = arena.take(DType::f32, Shape{config_.dim});
     }
+    if (tp.enabled()) vocab_parallel_.carve(arena, chunk, tp.size);
   });
   if (config_.attention_bias) {
     if (options_.compute_dtype == DType::f32) {
@@ -113,6 +137,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
 }
 
 void LlamaModel::init_weights(uint64_t seed) {
+  ANVIL_CHECK(!options_.tp.enabled(), "[model] under tensor parallelism the parallel layer "
+              "initialises each shard (DataParallelEngine::init_weights)");
   if (params_.dtype() == DType::f32) {
     init_llama_weights(config_, params_, *backend_, seed);
     return;
@@ -163,9 +189,11 @@ StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
   ANVIL_CHECK(dims.seq >= 1 && dims.seq <= options_.max_seq,
               "[model] sequence length {} outside 1..max_seq ({})", dims.seq, options_.max_seq);
   const Shape bt{dims.batch, dims.seq};
+  if (options_.tp.enabled()) check_vocabulary_range(tokens, "token id", full_config_.vocab_size, false);
   tokens_view_ = on_device(*backend_, tokens, acts_.tokens);
   if (targets) {
     check_batch_tensor(*targets, bt, DType::i32, "targets");
+    if (options_.tp.enabled()) check_vocabulary_range(*targets, "target", full_config_.vocab_size, true);
     targets_view_ = on_device(*backend_, *targets, acts_.targets);
   }
   mask_view_ = Tensor();
@@ -202,6 +230,11 @@ BlockContext LlamaModel::make_context(StepDims dims) const {
   ctx.ones = acts_.ones;
   ctx.rope = config_.rope_params();
   ctx.norm_grad_sink = norm_grad_sink_;
+  ctx.tp = options_.tp;
+  if (options_.tp.enabled()) {
+    ctx.vocab_begin = int64_t{options_.tp.rank} * config_.vocab_size;
+    ctx.vocab_parallel = const_cast<VocabParallelScratch*>(&vocab_parallel_);
+  }
   return ctx;
 }
 
@@ -224,6 +257,7 @@ const LoraLayerStep* LlamaModel::lora_step(int layer, StepDims dims, int set, bo
   lora_step_ = lora_.step(layer, dims.rows(), set, training,
                           dropout_hash(static_cast<uint64_t>(dropout_step_),
                                        static_cast<uint64_t>(dropout_micro_batch_)));
+  lora_step_.tp = options_.tp;
   return &lora_step_;
 }
 
@@ -299,6 +333,9 @@ LossSum LlamaModel::forward_loss(const Batch& batch) {
 }
 
 void LlamaModel::forward_logits(const Tensor& tokens, const Tensor& logits, const Tensor* doc_ids) {
+  ANVIL_CHECK(!options_.tp.enabled(),
+              "[model] forward_logits needs the whole model; it is not available under tensor "
+              "parallelism");
   const StepDims dims = prepare_inputs(tokens, nullptr, nullptr, doc_ids, 0);
   check_shape(logits, Shape{dims.batch, dims.seq, config_.vocab_size}, "logits");
   check_dtype(logits, DType::f32, "logits");

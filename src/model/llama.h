@@ -24,6 +24,8 @@
 #include "model/llama_parameters.h"
 #include "model/lora.h"
 #include "model/lora_frozen_base.h"
+#include "model/tensor_parallel.h"
+#include "model/vocab_parallel.h"
 
 namespace anvil {
 
@@ -50,6 +52,10 @@ struct ModelOptions {
   // When false (LoRA only) the frozen base has no buffers of its own: a parallel layer binds
   // each group (bind_weights) before it is used, as it does under ZeRO-3.
   bool allocate_frozen = true;
+  // Tensor parallelism: the model holds tp rank `tp.rank`'s shard of every split parameter
+  // (shapes of tp_shard_config) and calls tp.ops where partial results meet. Training and
+  // loss evaluation only: full logits and KV-cache decoding need the whole model.
+  TensorParallel tp;
 };
 
 // Bytes a model's own buffers hold, by purpose (what a parallel layer binds into the model is
@@ -93,7 +99,17 @@ class LlamaModel {
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
 
-  const LlamaConfig& config() const { return config_; }
+  // Returns the model's config (the whole model, whatever the tensor-parallel split).
+  const LlamaConfig& config() const { return full_config_; }
+  // Returns the shapes this model instance computes with: config() cut by tp_shard_config.
+  const LlamaConfig& shard_config() const { return config_; }
+  // Returns the layouts of the whole model (the base, and what trains), with the full
+  // shapes; parameters() and trainable() hold this tp rank's shards of them (the same layouts
+  // without tensor parallelism). Parameter i of one is parameter i of the other.
+  const ParameterLayout& full_layout() const { return *full_layout_; }
+  const ParameterLayout& full_trainable_layout() const {
+    return lora_.enabled() ? *full_lora_layout_ : *full_layout_;
+  }
   const ModelOptions& options() const { return options_; }
   Backend& backend() const { return *backend_; }
   // Returns the base weights: the f32 masters, or with LoRA the frozen base (f32 or bf16).
@@ -151,8 +167,9 @@ class LlamaModel {
   // (gradients), or with LoRA the adapters.
   void bind_trainable_weights(int group, const Tensor& storage);
   void bind_trainable_gradients(int group, const Tensor& storage);
-  // Writes the initial values of trainable() group `group` (layout size, padding zero) into
-  // host memory: init_llama_group, or with LoRA the adapters' init (A Kaiming-uniform, B 0).
+  // Writes the initial values of full_trainable_layout() group `group` (layout size, padding
+  // zero) into host memory: init_llama_group, or with LoRA the adapters' init (A
+  // Kaiming-uniform, B 0). A tp rank's shard takes its part (the parallel layer maps it).
   void init_trainable_group(int group, uint64_t seed, float* host) const;
 
   // Runs forward and backward: gradients += d(grad_scale * sum of token losses)/d(weights).
@@ -198,10 +215,14 @@ class LlamaModel {
   // Returns the saved-activation set of `layer` (0 when recomputed).
   int saved_set(int layer) const { return options_.activation_checkpointing ? 0 : layer; }
 
-  LlamaConfig config_;
+  LlamaConfig full_config_;
+  LlamaConfig config_;  // the shard's shapes (full_config_ without tensor parallelism)
   Backend* backend_;
   ModelOptions options_;
   std::shared_ptr<const ParameterLayout> layout_;
+  std::shared_ptr<const ParameterLayout> full_layout_;       // layout_ without tp
+  std::shared_ptr<const ParameterLayout> full_lora_layout_;  // LoRA only
+  VocabParallelScratch vocab_parallel_;  // carved under tensor parallelism only
   ParameterSet params_;
   ParameterSet grads_;
   LlamaWeights weights_;

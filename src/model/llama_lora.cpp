@@ -22,6 +22,8 @@ size_t layout_bytes(const ParameterLayout& layout, size_t element_bytes) {
 
 void LlamaModel::init_lora(uint64_t seed) {
   ANVIL_CHECK(lora_.enabled(), "[lora] init_lora on a model without adapters (lora.r = 0)");
+  ANVIL_CHECK(!options_.tp.enabled(), "[lora] under tensor parallelism the parallel layer "
+              "initialises each shard's adapters (DataParallelEngine::init_weights)");
   lora_.init(seed);
 }
 
@@ -76,9 +78,9 @@ void LlamaModel::get_parameter(int index, float* host) {
 
 void LlamaModel::init_trainable_group(int group, uint64_t seed, float* host) const {
   if (lora_.enabled()) {
-    lora_.init_group(group, seed, host);
+    init_lora_group(*full_lora_layout_, group, seed, host);
   } else {
-    init_llama_group(config_, *layout_, group, seed, host);
+    init_llama_group(full_config_, *full_layout_, group, seed, host);
   }
 }
 

@@ -41,7 +41,7 @@ std::shared_ptr<const ParameterLayout> make_llama_layout(const LlamaConfig& conf
     const bool decay = row.decay == DecayClass::matrix ||
                        (row.decay == DecayClass::embedding && decay_embeddings);
     layout->add(hf_param_name(row, layer), param_group(row, config, layer),
-                param_shape(row, config), decay);
+                param_shape(row, config), decay, tp_split_dim(row.tp_split));
   };
   // Groups are added in increasing order: the embedding group, each layer, the head group.
   const std::vector<const ParamRow*> rows = llama_param_rows(config);

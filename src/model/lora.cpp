@@ -24,6 +24,26 @@ uint64_t target_seed(uint64_t layer_seed, LoraTarget target) {
   return dropout_hash(layer_seed, static_cast<uint64_t>(index_of(target)) + 1);
 }
 
+// Returns whether tensor parallelism splits the target's base on its input (A split, hidden
+// state summed over tp) or on its output (B split, hidden gradient summed over tp).
+bool input_split(const LoraLayerStep& step, LoraTarget target) {
+  return step.tp.enabled() &&
+         lora_target_rows()[static_cast<size_t>(index_of(target))]->tp_split == TpSplit::row;
+}
+bool output_split(const LoraLayerStep& step, LoraTarget target) {
+  return step.tp.enabled() &&
+         lora_target_rows()[static_cast<size_t>(index_of(target))]->tp_split == TpSplit::column;
+}
+
+// Returns the dropout seed of a target in this step. An input-split target's tp ranks hold
+// different columns of x, so each draws its own mask (masks of one column block repeated on
+// every rank would correlate the ranks' dropout).
+uint64_t step_target_seed(const LoraLayerStep& step, LoraTarget target) {
+  const uint64_t seed = target_seed(step.dropout_seed, target);
+  if (!input_split(step, target)) return seed;
+  return dropout_hash(seed, static_cast<uint64_t>(step.tp.rank) + 1);
+}
+
 // Returns t (any shape) viewed as (rows, cols).
 Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
 
@@ -88,8 +108,13 @@ std::shared_ptr<const ParameterLayout> make_lora_layout(const LlamaConfig& confi
       if (!enabled[i]) continue;
       const auto [out, in] = lora_target_dims(config, static_cast<LoraTarget>(i));
       const std::string& name = lora_target_names()[i];
-      layout->add(lora_param_name(l, name, 'A'), layer_group(l), Shape{options.r, in}, true);
-      layout->add(lora_param_name(l, name, 'B'), layer_group(l), Shape{out, options.r}, true);
+      // Under tensor parallelism A follows the base's input split (row-parallel bases) and B
+      // its output split (column-parallel bases); the other factor is replicated.
+      const TpSplit split = lora_target_rows()[static_cast<size_t>(i)]->tp_split;
+      layout->add(lora_param_name(l, name, 'A'), layer_group(l), Shape{options.r, in}, true,
+                  split == TpSplit::row ? 1 : -1);
+      layout->add(lora_param_name(l, name, 'B'), layer_group(l), Shape{out, options.r}, true,
+                  split == TpSplit::column ? 0 : -1);
     }
   }
   layout->ensure_groups(head_group(config) + 1);
@@ -123,11 +148,12 @@ void lora_forward(const LoraLayerStep& step, LoraTarget target, const Tensor& x,
   Tensor input = as_rows(x, in);
   if (step.dropout > 0.0f) {
     const Tensor dropped = step.dropped_input.flat(0, input.numel()).view(input.shape);
-    backend.dropout(input, dropped, step.dropout, target_seed(step.dropout_seed, target));
+    backend.dropout(input, dropped, step.dropout, step_target_seed(step, target));
     input = dropped;
   }
   const Tensor& hidden = step.hidden[i];
   backend.matmul(input, a, hidden, false, true);
+  if (input_split(step, target)) step.tp.ops->all_reduce(hidden);
   backend.matmul(hidden, b, as_rows(y, out), false, true, step.scale, 1.0f);
 }
 
@@ -148,18 +174,20 @@ void lora_backward(const LoraLayerStep& step, LoraTarget target, const Tensor& x
   Tensor input = as_rows(x, in);
   const Tensor dx2 = as_rows(dx, in);
   if (step.dropout > 0.0f) {
-    const uint64_t seed = target_seed(step.dropout_seed, target);
+    const uint64_t seed = step_target_seed(step, target);
     const Tensor dropped = step.dropped_input.flat(0, input.numel()).view(input.shape);
     backend.dropout(input, dropped, step.dropout, seed);
-    backend.matmul(d_hidden, dropped, step.gradients->a[i], true, false, 1.0f, 1.0f);
     const Tensor d_input = step.d_input.flat(0, dx2.numel()).view(dx2.shape);
     backend.matmul(d_hidden, a, d_input, false, false);
     backend.dropout(d_input, d_input, step.dropout, seed);
     backend.add(dx2, d_input, dx2);
-    return;
+    input = dropped;
+  } else {
+    backend.matmul(d_hidden, a, dx2, false, false, 1.0f, 1.0f);
   }
+  // dx took this rank's partial dh, as the base's input gradient does; dA needs all of it.
+  if (output_split(step, target)) step.tp.ops->all_reduce(d_hidden);
   backend.matmul(d_hidden, input, step.gradients->a[i], true, false, 1.0f, 1.0f);
-  backend.matmul(d_hidden, a, dx2, false, false, 1.0f, 1.0f);
 }
 
 }  // namespace anvil

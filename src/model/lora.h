@@ -20,6 +20,7 @@
 #include "model/arena.h"
 #include "model/llama_config.h"
 #include "model/parameters.h"
+#include "model/tensor_parallel.h"
 
 namespace anvil {
 
@@ -58,6 +59,10 @@ void validate_lora_options(const LoraOptions& options);
 std::shared_ptr<const ParameterLayout> make_lora_layout(const LlamaConfig& config,
                                                         const LoraOptions& options);
 
+// Writes group `group` of an adapter layout's initial values into host memory (layout size,
+// padding zero): every lora_A Kaiming-uniform (bound 1/sqrt(in)) from (seed, name), lora_B 0.
+void init_lora_group(const ParameterLayout& layout, int group, uint64_t seed, float* host);
+
 // Views of one layer's adapters (weights, compute copies or gradients); undefined when the
 // target is not adapted.
 struct LoraLayerViews {
@@ -82,16 +87,22 @@ struct LoraLayerStep {
   float scale = 1.0f;
   float dropout = 0.0f;     // 0 outside forward_backward
   uint64_t dropout_seed = 0;  // per (step, micro-batch, layer); each target derives its own
+  // Under tensor parallelism the adapters of row-parallel bases (o, down) have A split on
+  // its input and sum their hidden state over tp; those of column-parallel bases have B split
+  // on its output and sum the hidden state's gradient.
+  TensorParallel tp;
 
   // Returns whether `target` carries an adapter.
   bool adapted(LoraTarget target) const;
 };
 
 // y (N, out) += scale * (drop(x) A^T) B^T, saving drop(x) A^T into step.hidden[target]; a no-op
-// for a target without adapter. x (N, in) and y in the compute dtype (y may be f32).
+// for a target without adapter. x (N, in) and y in the compute dtype (y may be f32). Under
+// tensor parallelism y must already be the full (all-reduced) output of a row-parallel base.
 void lora_forward(const LoraLayerStep& step, LoraTarget target, const Tensor& x, const Tensor& y);
 // Backward of lora_forward: dB += scale * dy^T h, dA += (scale * dy B)^T drop(x), and
 // dx (N, in) += drop^T((scale * dy B) A). x is the forward input; a no-op without adapter.
+// Under tensor parallelism dx receives this rank's partial term, like the base's.
 void lora_backward(const LoraLayerStep& step, LoraTarget target, const Tensor& x,
                    const Tensor& dy, const Tensor& dx);
 

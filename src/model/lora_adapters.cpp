@@ -75,8 +75,12 @@ void LoraAdapters::init(uint64_t seed) {
 }
 
 void LoraAdapters::init_group(int group, uint64_t seed, float* host) const {
-  std::fill(host, host + layout_->group_numel(group), 0.0f);
-  for (const ParameterInfo& info : layout_->params()) {
+  init_lora_group(*layout_, group, seed, host);
+}
+
+void init_lora_group(const ParameterLayout& layout, int group, uint64_t seed, float* host) {
+  std::fill(host, host + layout.group_numel(group), 0.0f);
+  for (const ParameterInfo& info : layout.params()) {
     if (info.group != group || info.name.find(".lora_A.") == std::string::npos) continue;
     // lora_A: kaiming_uniform_(a=sqrt(5)) on (r, in) is uniform(-1/sqrt(in), 1/sqrt(in)).
     const double bound = 1.0 / std::sqrt(static_cast<double>(info.shape[1]));

@@ -28,6 +28,7 @@ void mlp_block_forward(const BlockContext& ctx, const LayerWeights& w, LayerActi
   }
   backend.swiglu_forward(a.gate, a.up, a.swiglu_out);
   linear_forward(backend, a.swiglu_out, w.w_down, out);
+  ctx.tp_all_reduce(out);  // row-parallel down_proj: sum the FFN columns' partial outputs
   if (lora) lora_forward(*lora, LoraTarget::down_proj, a.swiglu_out, out);
   backend.add(out, a.resid_mid, out);
 }
@@ -52,6 +53,8 @@ void mlp_block_backward(const BlockContext& ctx, const LayerWeights& w, const La
     lora_backward(*lora, LoraTarget::gate_proj, a.mlp_norm_out, s.d_gate, s.d_norm_out);
     lora_backward(*lora, LoraTarget::up_proj, a.mlp_norm_out, s.d_up, s.d_norm_out);
   }
+  // Column-parallel gate/up: each tp rank's FFN columns give a partial input gradient.
+  ctx.tp_all_reduce(s.d_norm_out);
   // rmsnorm: d_residual += dL/dh through the norm (it already holds the residual path).
   backend.rmsnorm_backward(s.d_norm_out, a.resid_mid, w.mlp_norm, a.mlp_rstd, s.d_residual,
                            ctx.norm_grad(g.mlp_norm));

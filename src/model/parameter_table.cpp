@@ -159,6 +159,19 @@ std::string join(const std::vector<std::string>& names) {
 
 }  // namespace
 
+int tp_split_dim(TpSplit split) {
+  switch (split) {
+    case TpSplit::column:
+    case TpSplit::vocabulary:
+      return 0;
+    case TpSplit::row:
+      return 1;
+    case TpSplit::replicated:
+      return -1;
+  }
+  return -1;
+}
+
 std::span<const ParamRow> llama_param_rows() { return kRows; }
 
 bool param_row_applies(const ParamRow& row, const LlamaConfig& config) {

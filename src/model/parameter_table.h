@@ -73,6 +73,10 @@ enum class TpSplit : uint8_t {
   replicated,  // every rank holds it whole
 };
 
+// Returns the dimension a split cuts (ParameterInfo::split_dim): 0 for column and vocabulary,
+// 1 for row, -1 for replicated.
+int tp_split_dim(TpSplit split);
+
 // One extent of a shape, named after the config field it comes from.
 enum class Extent : uint8_t { none, dim, q_dim, kv_dim, ffn_dim, vocab };
 

@@ -17,12 +17,16 @@ int64_t align_up(int64_t n) {
 
 }  // namespace
 
-void ParameterLayout::add(const std::string& name, int group, Shape shape, bool weight_decay) {
+void ParameterLayout::add(const std::string& name, int group, Shape shape, bool weight_decay,
+                          int split_dim) {
   ANVIL_CHECK(index_.find(name) == index_.end(), "[params] duplicate parameter name '{}'", name);
   ANVIL_CHECK(group >= 0 && group >= group_count() - 1,
               "[params] parameter '{}' added to group {} after group {} was started", name, group,
               group_count() - 1);
   ANVIL_CHECK(shape.numel() > 0, "[params] parameter '{}' has no elements ({})", name, shape.str());
+  ANVIL_CHECK(split_dim >= -1 && split_dim < shape.rank(),
+              "[params] parameter '{}' ({}) cannot be split on dimension {}", name, shape.str(),
+              split_dim);
   while (group_count() <= group) group_numel_.push_back(0);
   ParameterInfo info;
   info.name = name;
@@ -30,6 +34,7 @@ void ParameterLayout::add(const std::string& name, int group, Shape shape, bool 
   info.offset = group_numel_[group];
   info.shape = shape;
   info.weight_decay = weight_decay;
+  info.split_dim = split_dim;
   group_numel_[group] = align_up(info.offset + shape.numel());
   index_.emplace(name, static_cast<int>(params_.size()));
   params_.push_back(std::move(info));

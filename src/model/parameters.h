@@ -27,6 +27,9 @@ struct ParameterInfo {
   int64_t offset = 0;  // in elements from the start of the group buffer
   Shape shape;
   bool weight_decay = false;  // false for norms and biases (and embeddings when configured)
+  // The dimension tensor parallelism cuts into equal contiguous blocks, one per tp rank (0:
+  // rows, 1: columns); -1 when every tp rank holds the whole tensor.
+  int split_dim = -1;
 
   int64_t numel() const { return shape.numel(); }
 };
@@ -35,7 +38,8 @@ class ParameterLayout {
  public:
   // Appends a parameter at the aligned end of `group`; groups are created on first use and
   // must be used in increasing order. Throws on a duplicate name.
-  void add(const std::string& name, int group, Shape shape, bool weight_decay);
+  void add(const std::string& name, int group, Shape shape, bool weight_decay,
+           int split_dim = -1);
 
   // Appends empty groups until the layout has at least `count` groups (a layout whose group
   // numbering mirrors another one may leave some groups empty).
