@@ -1,0 +1,48 @@
+// A Communicator that counts the payload bytes this rank hands to each collective and then
+// forwards the call unchanged: all_reduce and broadcast count the tensor, reduce_scatter its
+// input, all_gather its output, send and recv their tensor. These are the sizes a
+// communication-volume formula speaks of (what a ring algorithm puts on the wire per rank is
+// 2(p-1)/p of an all-reduce's payload and (p-1)/p of the others'). The parallel layer wraps
+// each mesh axis in one, so a run can report the bytes per step of every axis.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace anvil {
+
+class CountingCommunicator final : public Communicator {
+ public:
+  explicit CountingCommunicator(std::unique_ptr<Communicator> inner);
+
+  // Returns the payload bytes counted since construction.
+  int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  void all_reduce(const Tensor& t, ReduceOp op) override;
+  void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
+  void all_gather(const Tensor& in, const Tensor& out) override;
+  void broadcast(const Tensor& t, int root) override;
+  void barrier() override { inner_->barrier(); }
+  void send(const Tensor& t, int peer) override;
+  void recv(const Tensor& t, int peer) override;
+  std::unique_ptr<CommHandle> all_reduce_async(const Tensor& t, ReduceOp op) override;
+  std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
+                                                   ReduceOp op) override;
+  std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override;
+
+ private:
+  void count(const Tensor& t) {
+    bytes_.fetch_add(static_cast<int64_t>(t.nbytes()), std::memory_order_relaxed);
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  std::atomic<int64_t> bytes_{0};
+};
+
+}  // namespace anvil
