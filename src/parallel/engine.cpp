@@ -41,6 +41,11 @@ ModelOptions DataParallelEngine::model_options(ModelOptions options, int zero_st
   return options;
 }
 
+ModelOptions DataParallelEngine::model_options(ModelOptions options, const DeviceMesh& mesh) {
+  options.tp = mesh.tensor_parallel();
+  return model_options(options, mesh.zero_stage());
+}
+
 DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
                                        const EngineOptions& options)
     : model_(&model),
@@ -52,6 +57,12 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
       plan_(model.trainable().layout(), mesh.data_world(), mesh.shape().fsdp, mesh.data_rank()),
       lora_(model.lora_enabled()),
       spans_(layout_decay_spans(model.trainable().layout())) {
+  const TensorParallel& tp = model.options().tp;
+  ANVIL_CHECK(tp.size == mesh.shape().tp && tp.rank == mesh.tp_index(),
+              "[parallel] the model holds tp shard {} of {} but this rank is tp rank {} of {}; "
+              "build it with DataParallelEngine::model_options(options, mesh)",
+              tp.rank, tp.size, mesh.tp_index(), mesh.shape().tp);
+  norm_ranges_ = norm_ranges();
   ANVIL_CHECK(options.micro_batches >= 1, "[parallel] micro_batches must be >= 1, got {}",
               options.micro_batches);
   // Group 1 (layer 0) exists in every layout and is never empty.
@@ -179,77 +190,6 @@ void DataParallelEngine::build_optimizer() {
   optimizer_ = std::make_unique<AdamW>(model_->backend(), std::move(groups), options_.hyper);
 }
 
-void DataParallelEngine::init_weights(uint64_t seed) {
-  const ParameterLayout& layout = model_->trainable().layout();
-  std::vector<float> host;
-  for (int g = 0; g < plan_.group_count(); ++g) {
-    if (layout.group_numel(g) == 0) continue;
-    host.resize(static_cast<size_t>(layout.group_numel(g)));
-    model_->init_trainable_group(g, seed, host.data());
-    set_weights(g, 0, layout.group_numel(g), host.data());
-  }
-}
-
-std::pair<int64_t, int64_t> DataParallelEngine::weight_range(int group) const {
-  const GroupShard& s = plan_.group(group);
-  if (stage_ == 3) return {s.shard_begin, s.shard_begin + s.shard_length};
-  return {0, s.numel};
-}
-
-void DataParallelEngine::set_weights(int group, int64_t begin, int64_t count,
-                                     const float* values) {
-  const auto [lo, hi] = weight_range(group);
-  const int64_t first = std::max(begin, lo);
-  const int64_t last = std::min(begin + count, hi);
-  if (first >= last) return;
-  weight_slots_.wait_all();
-  const Tensor target = stage_ == 3
-                            ? whole(storage_[static_cast<size_t>(group)].weight_shard)
-                                  .flat(first - lo, last - first)
-                            : model_weights(group).flat(first, last - first);
-  model_->backend().copy_from_host(target, values + (first - begin));
-  if (stage_ == 3) weight_slots_.forget_cached();
-}
-
-void DataParallelEngine::gather_weights(int group, float* host) {
-  const GroupShard& s = plan_.group(group);
-  if (s.numel == 0) return;  // an empty group (LoRA's embedding and head groups)
-  if (stage_ != 3) {
-    model_->backend().copy_to_host(host, model_weights(group));
-    return;
-  }
-  const int cached = weight_slots_.find(group);
-  if (cached >= 0) {
-    weight_slots_.wait(cached);
-    model_->backend().copy_to_host(host, weight_slots_.tensor(cached, s.numel));
-    return;
-  }
-  // Only the trainable part: a checkpoint never needs the frozen base gathered. The slot then
-  // holds an incomplete group, so nothing may take it for a cached copy afterwards.
-  const int slot = weight_slots_.take(group);
-  start_weight_gather(group, slot, false);
-  weight_slots_.wait(slot);
-  model_->backend().copy_to_host(host, weight_slots_.tensor(slot, s.numel));
-  weight_slots_.forget_cached();
-}
-
-void DataParallelEngine::set_frozen_weights(int index, const float* values) {
-  ANVIL_CHECK(lora_, "[parallel] set_frozen_weights on a model without a frozen base");
-  if (stage_ < 3) {
-    model_->set_parameter(index, values);
-    return;
-  }
-  const ParameterInfo& info = model_->parameters().layout().params()[static_cast<size_t>(index)];
-  const GroupShard& s = frozen_plan_.group(info.group);
-  const int64_t first = std::max(info.offset, s.shard_begin);
-  const int64_t last = std::min(info.offset + info.numel(), s.shard_begin + s.shard_length);
-  if (first >= last) return;
-  weight_slots_.wait_all();
-  write_f32_values(model_->backend(), frozen_shard(info.group).flat(first - s.shard_begin, last - first),
-                   values + (first - info.offset));
-  weight_slots_.forget_cached();
-}
-
 Tensor DataParallelEngine::moment(int group, int which) const {
   const int index = storage_[static_cast<size_t>(group)].optimizer_index;
   if (index < 0) return Tensor();
@@ -260,7 +200,7 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   ANVIL_CHECK(static_cast<int>(micro_batches.size()) == options_.micro_batches,
               "[parallel] a step takes {} micro-batches per rank, got {}", options_.micro_batches,
               micro_batches.size());
-  Communicator& world = mesh_->world();
+  Communicator& world = mesh_->data();
   // The loss is sum(token losses) / N over the global batch, so every micro-batch's
   // gradient is scaled by 1/N with N counted on every rank before any backward runs.
   int64_t local_tokens = 0;
@@ -301,18 +241,38 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   return report;
 }
 
+std::vector<std::vector<DataParallelEngine::ElementRange>> DataParallelEngine::norm_ranges() const {
+  const ParameterLayout& layout = model_->trainable().layout();
+  std::vector<std::vector<ElementRange>> ranges(static_cast<size_t>(layout.group_count()));
+  if (mesh_->tp_index() == 0) {
+    for (int g = 0; g < layout.group_count(); ++g)
+      ranges[static_cast<size_t>(g)].push_back(ElementRange{0, layout.group_numel(g)});
+    return ranges;
+  }
+  // Tp rank 0 counts the replicated parameters; padding holds zeros and may be skipped.
+  for (const ParameterInfo& p : layout.params()) {
+    if (p.split_dim >= 0) ranges[static_cast<size_t>(p.group)].push_back({p.offset, p.numel()});
+  }
+  return ranges;
+}
+
 double DataParallelEngine::global_grad_norm() {
   ExactSquareSum local;
   std::vector<float> host;
   for (int g = 0; g < plan_.group_count(); ++g) {
-    if (plan_.group(g).slice_length == 0) continue;  // this rank's slice is all padding
+    const GroupShard& s = plan_.group(g);
+    if (s.slice_length == 0) continue;  // this rank's slice is all padding
     const Tensor slice = reduced_gradient_slice(g);
-    if (slice.device.is_cpu()) {
-      local.add_squares(slice.f32(), slice.numel());
-    } else {
+    const float* values = slice.device.is_cpu() ? slice.f32() : nullptr;
+    if (values == nullptr) {
       host.resize(static_cast<size_t>(slice.numel()));
       model_->backend().copy_to_host(host.data(), slice);
-      local.add_squares(host.data(), slice.numel());
+      values = host.data();
+    }
+    for (const ElementRange& range : norm_ranges_[static_cast<size_t>(g)]) {
+      const int64_t lo = std::max(range.begin, s.slice_begin);
+      const int64_t hi = std::min(range.begin + range.length, s.slice_begin + s.slice_length);
+      if (lo < hi) local.add_squares(values + (lo - s.slice_begin), hi - lo);
     }
   }
   const ExactSquareSum::Words words = local.to_words();
@@ -345,7 +305,7 @@ void DataParallelEngine::publish_weights() {
 }
 
 LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(int64_t)>& batch_at) {
-  Communicator& world = mesh_->world();
+  Communicator& world = mesh_->data();
   const int ranks = world.size();
   const int64_t rounds = (count + ranks - 1) / ranks;
   std::vector<double> sums(static_cast<size_t>(rounds), 0.0);

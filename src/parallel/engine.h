@@ -13,6 +13,12 @@
 //   stage 3  weights sharded too: a group is all-gathered into a slot before each use in
 //            forward and backward, the next group in the pass is prefetched, and slots are
 //            reused after; the model's views are re-pointed with bind_weights/gradients.
+// Tensor parallelism: the model holds its tp rank's shards (ModelOptions::tp, from
+// model_options(options, mesh)); every stage above runs on the data communicator (the dp x
+// fsdp ranks of one tp index), so each tp rank shards, reduces and steps its own slice, and
+// the tp ranks of a group read the same micro-batches. Replicated parameters (norms, one LoRA
+// factor of each adapter) get bitwise identical gradients on every tp rank (the model's tp
+// sums are ordered), so their copies stay identical; the gradient norm counts them once.
 // Exactness: the gradient of a step is defined as the serial sum g_0 + g_1 + ... + g_(n-1)
 // over the global batch's n micro-batches, each computed into zeroed buffers, in global
 // order j = m * world + r (micro-step m of data rank r). The engine reduces after every
@@ -71,6 +77,8 @@ class DataParallelEngine final : private GroupHooks {
  public:
   // Returns `options` with the buffers the engine provides itself switched off.
   static ModelOptions model_options(ModelOptions options, int zero_stage);
+  // The same for `mesh`'s ZeRO stage, with the tensor-parallel split of this rank.
+  static ModelOptions model_options(ModelOptions options, const DeviceMesh& mesh);
 
   // Takes over `model` (built with model_options(..., mesh.zero_stage())) and allocates the
   // sharded state; weights start at zero (init_weights or a checkpoint fills them).
@@ -99,20 +107,32 @@ class DataParallelEngine final : private GroupHooks {
   int64_t optimizer_steps() const { return optimizer_->step_count(); }
   void set_optimizer_steps(int64_t steps) { optimizer_->set_step_count(steps); }
 
+  // Weights in the whole model's coordinates: groups and element offsets of
+  // model.full_trainable_layout() (the same as trainable().layout() without tensor
+  // parallelism).
   // Returns the element range [begin, end) of group g's weights this rank holds: its fsdp
-  // shard under stage 3, the whole group otherwise.
+  // shard under stage 3, the whole group otherwise (and always under tensor parallelism,
+  // where a rank holds scattered parts of each tensor).
   std::pair<int64_t, int64_t> weight_range(int group) const;
   // Copies values for elements [begin, begin + count) of group g into the part of them this
-  // rank holds (elements outside weight_range are skipped).
+  // rank holds (elements this rank does not hold are skipped).
   void set_weights(int group, int64_t begin, int64_t count, const float* values);
-  // Copies group g's full weights (layout group size) to host memory; collective over the
-  // fsdp axis under stage 3.
+  // Copies group g's whole weights (full layout group size) to host memory; collective over
+  // the fsdp axis under stage 3 and over the tp axis under tensor parallelism.
   void gather_weights(int group, float* host);
-  // Writes the values of frozen base parameter `index` (layout order of model.parameters())
-  // into the part of them this rank holds, in the base's dtype (LoRA only).
+  // Copies group g's reduced gradient of the last step (whole group, full layout) to host
+  // memory, as the optimizer stepped it (before clipping); collective like gather_weights.
+  void gather_gradients(int group, float* host);
+  // Writes the whole tensor of frozen base parameter `index` (layout order of
+  // model.full_layout()) into the part of it this rank holds, in the base's dtype (LoRA only).
   void set_frozen_weights(int index, const float* values);
   // Returns how the frozen base is cut (LoRA; an empty plan otherwise).
   const ShardPlan& frozen_plan() const { return frozen_plan_; }
+  // Returns the tp group's size (1 without tensor parallelism).
+  int tp_size() const { return mesh_->shape().tp; }
+  // Returns the layout of trainable() on a tp rank of a mesh with `tp` ranks per tp group
+  // (the layout optimizer state of a checkpoint written at that tp size is laid out in).
+  std::shared_ptr<const ParameterLayout> trainable_layout_at_tp(int tp) const;
   // Returns AdamW's m (which = 0) or v (which = 1) for this rank's shard of group g:
   // elements [shard_begin, shard_begin + shard_length); undefined when the shard is empty.
   Tensor moment(int group, int which) const;
@@ -142,7 +162,23 @@ class DataParallelEngine final : private GroupHooks {
   void before_backward(int group) override;
   void after_backward(int group) override;
 
+  // Elements [begin, begin + length) of a group's buffer.
+  struct ElementRange {
+    int64_t begin = 0;
+    int64_t length = 0;
+  };
+
   void allocate_state(int micro_batches);
+  // set_weights / gather_weights in this rank's own layout (trainable().layout()).
+  void set_local_weights(int group, int64_t begin, int64_t count, const float* values);
+  void gather_local_weights(int group, float* host);
+  void gather_local_gradients(int group, float* host);
+  // Fills host with whole group g (full layout) from every tp rank's `gather_local` result
+  // (its own layout's group); collective over tp, plain gather_local without tp.
+  void gather_whole_group(int group, float* host, const std::function<void(float*)>& gather_local);
+  // Returns, per group, the element ranges whose squares this rank adds to the gradient norm:
+  // all of them, except replicated parameters on tp ranks other than 0.
+  std::vector<std::vector<ElementRange>> norm_ranges() const;
   void build_optimizer();
   Tensor model_weights(int group) const;
   Tensor frozen_shard(int group) const;
@@ -185,6 +221,7 @@ class DataParallelEngine final : private GroupHooks {
   std::vector<Buffer> frozen_shards_;  // stage 3, LoRA: this rank's shard of each base group
   size_t frozen_slot_offset_ = 0;      // byte offset of the frozen part in a weight slot
   std::vector<std::vector<ParamSpan>> spans_;
+  std::vector<std::vector<ElementRange>> norm_ranges_;
   std::vector<GroupStorage> storage_;
   std::unique_ptr<AdamW> optimizer_;
   SlotPool weight_slots_;

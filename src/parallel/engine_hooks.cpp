@@ -137,12 +137,12 @@ void DataParallelEngine::start_running_sum_gather(int group) {
                               .grad_shard.as(DType::f32, Shape{s.shard})
                               .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice);
   running_sum_gather_ =
-      mesh_->world().all_gather_async(my_slice, running_sum_slot_.tensor(0, s.padded));
+      mesh_->data().all_gather_async(my_slice, running_sum_slot_.tensor(0, s.padded));
 }
 
 void DataParallelEngine::reduce_gradient(int group) {
   Backend& backend = model_->backend();
-  Communicator& world = mesh_->world();
+  Communicator& world = mesh_->data();
   GroupStorage& st = storage_[static_cast<size_t>(group)];
   if (plan_.group(group).numel == 0) return;  // nothing trains here (LoRA's outer groups)
   if (stage_ <= 1) {

@@ -3,9 +3,26 @@
 
 #include <fmt/format.h>
 
+#include "comm/counting_communicator.h"
 #include "core/error.h"
 
 namespace anvil {
+namespace {
+
+// The model's tp collectives over the tp communicator. ordered_sum makes the sums bitwise
+// identical on every tp rank, which keeps replicated weights (norms, LoRA factors) identical
+// without ever exchanging them.
+class CommunicatorTensorParallel final : public TensorParallelOps {
+ public:
+  explicit CommunicatorTensorParallel(Communicator& comm) : comm_(&comm) {}
+  void all_reduce(const Tensor& t) override { comm_->all_reduce(t, ReduceOp::ordered_sum); }
+  void all_gather(const Tensor& in, const Tensor& out) override { comm_->all_gather(in, out); }
+
+ private:
+  Communicator* comm_;
+};
+
+}  // namespace
 
 MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
   ANVIL_CHECK(settings.zero_stage >= 0 && settings.zero_stage <= 3,
@@ -13,9 +30,10 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
   ANVIL_CHECK(settings.dp >= 0 && settings.fsdp >= 0,
               "[parallel] dp and fsdp must be >= 1 (or 0 for automatic), got dp = {}, fsdp = {}",
               settings.dp, settings.fsdp);
-  ANVIL_CHECK(settings.tp == 1,
-              "[parallel] tensor parallelism is not implemented yet: tp must be 1, got {}",
-              settings.tp);
+  ANVIL_CHECK(settings.tp >= 1, "[parallel] tp must be at least 1, got {}", settings.tp);
+  ANVIL_CHECK(world_size % settings.tp == 0,
+              "[parallel] tp = {} does not divide the {} ranks of the world", settings.tp,
+              world_size);
   MeshShape shape;
   shape.tp = settings.tp;
   const int rest = world_size / shape.tp;
@@ -53,10 +71,35 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
 DeviceMesh::DeviceMesh(Communicator& world, const ParallelSettings& settings)
     : world_(&world), settings_(settings), shape_(resolve_mesh_shape(settings, world.size())) {
   const int rank = world.rank();
-  const int dp_index = rank % shape_.dp;
-  const int fsdp_index = rank / shape_.dp;
-  dp_ = world.split(fsdp_index, dp_index);
-  fsdp_ = world.split(dp_index, fsdp_index);
+  const int tp_index = rank % shape_.tp;
+  const int data_rank = rank / shape_.tp;
+  const int dp_index = data_rank % shape_.dp;
+  const int fsdp_index = data_rank / shape_.dp;
+  auto counted = [](std::unique_ptr<Communicator> comm) {
+    return std::make_unique<CountingCommunicator>(std::move(comm));
+  };
+  tp_ = counted(world.split(data_rank, tp_index));
+  tp_ops_ = std::make_unique<CommunicatorTensorParallel>(*tp_);
+  data_ = counted(world.split(tp_index, data_rank));
+  dp_ = counted(world.split(fsdp_index * shape_.tp + tp_index, dp_index));
+  fsdp_ = counted(world.split(dp_index * shape_.tp + tp_index, fsdp_index));
+}
+
+MeshTraffic DeviceMesh::traffic() const {
+  MeshTraffic traffic;
+  traffic.tp = tp_->bytes();
+  traffic.data = data_->bytes();
+  traffic.dp = dp_->bytes();
+  traffic.fsdp = fsdp_->bytes();
+  return traffic;
+}
+
+TensorParallel DeviceMesh::tensor_parallel() const {
+  TensorParallel tp;
+  tp.size = shape_.tp;
+  tp.rank = tp_->rank();
+  tp.ops = tp_ops_.get();
+  return tp;
 }
 
 std::string DeviceMesh::describe() const {

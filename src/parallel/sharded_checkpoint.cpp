@@ -9,6 +9,8 @@
 #include <charconv>
 #include <cmath>
 #include <array>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,16 +18,34 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/peft_adapter.h"
+#include "model/tensor_parallel.h"
 
 namespace anvil {
 namespace {
 
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kShardOffsetsKey = "shard_offsets";
+constexpr const char* kTpIndexKey = "tp_index";
+constexpr const char* kTpSizeKey = "tp_size";
 
-std::string optimizer_file_name(int fsdp_index, int fsdp_size) {
-  if (fsdp_size == 1) return "optimizer.safetensors";
-  return fmt::format("optimizer-{:05}-of-{:05}.safetensors", fsdp_index, fsdp_size);
+std::string optimizer_file_name(int fsdp_index, int fsdp_size, int tp_index, int tp_size) {
+  const std::string tp =
+      tp_size == 1 ? std::string() : fmt::format("-tp{:05}-of-{:05}", tp_index, tp_size);
+  if (fsdp_size == 1 && tp_size == 1) return "optimizer.safetensors";
+  return fmt::format("optimizer{}-{:05}-of-{:05}.safetensors", tp, fsdp_index, fsdp_size);
+}
+
+// Reads an integer metadata value, or `fallback` when the file has none.
+int64_t metadata_int(const SafetensorsFile& file, const std::filesystem::path& path,
+                     const char* key, int64_t fallback) {
+  const auto it = file.metadata().find(key);
+  if (it == file.metadata().end()) return fallback;
+  int64_t value = 0;
+  const std::string& text = it->second;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  ANVIL_CHECK(ec == std::errc() && ptr == text.data() + text.size(),
+              "[checkpoint] {}: metadata '{}' = '{}' is not an integer", path.string(), key, text);
+  return value;
 }
 
 std::vector<std::filesystem::path> optimizer_files(const std::filesystem::path& dir) {
@@ -63,10 +83,11 @@ bool parse_moment_name(const std::string& name, int& which, int& group) {
 
 void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const DeviceMesh& mesh = engine.mesh();
-  const bool writer = mesh.data_rank() == 0;
-  // Under stage 3 the writer's fsdp group gathers every group with it.
-  if (!writer && !(engine.zero_stage() == 3 && mesh.dp_index() == 0)) return;
-  const ParameterLayout& layout = engine.model().trainable().layout();
+  // The writer's tp group gathers every group with it, and under stage 3 so do the fsdp
+  // groups of those tp ranks.
+  if (mesh.data_rank() != 0 && !(engine.zero_stage() == 3 && mesh.dp_index() == 0)) return;
+  const bool writer = mesh.world().rank() == 0;
+  const ParameterLayout& layout = engine.model().full_trainable_layout();
   std::vector<std::vector<float>> groups(static_cast<size_t>(layout.group_count()));
   for (int g = 0; g < layout.group_count(); ++g) {
     groups[static_cast<size_t>(g)].resize(static_cast<size_t>(layout.group_numel(g)));
@@ -125,12 +146,15 @@ void write_engine_optimizer(DataParallelEngine& engine, const std::filesystem::p
   file.set_metadata(kShardOffsetsKey, offsets.dump());
   file.set_metadata("fsdp_index", std::to_string(mesh.fsdp_index()));
   file.set_metadata("fsdp_size", std::to_string(mesh.shape().fsdp));
-  file.write(dir / optimizer_file_name(mesh.fsdp_index(), mesh.shape().fsdp));
+  file.set_metadata(kTpIndexKey, std::to_string(mesh.tp_index()));
+  file.set_metadata(kTpSizeKey, std::to_string(mesh.shape().tp));
+  file.write(dir / optimizer_file_name(mesh.fsdp_index(), mesh.shape().fsdp, mesh.tp_index(),
+                                       mesh.shape().tp));
 }
 
 void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection& tensors) {
   const std::string source = tensors.source().string();
-  const ParameterLayout& layout = engine.model().trainable().layout();
+  const ParameterLayout& layout = engine.model().full_trainable_layout();
   std::vector<float> converted;
   for (const ParameterInfo& p : layout.params()) {
     const SafetensorsEntry& entry = tensors.at(p.name);
@@ -156,7 +180,7 @@ void read_engine_weights(DataParallelEngine& engine, const SafetensorsCollection
 void write_engine_adapter(DataParallelEngine& engine, const std::filesystem::path& dir,
                           const std::string& base_model_name_or_path) {
   LlamaModel& model = engine.model();
-  const ParameterLayout& layout = model.trainable().layout();
+  const ParameterLayout& layout = model.full_trainable_layout();
   std::vector<std::vector<float>> groups(static_cast<size_t>(layout.group_count()));
   for (int g = 0; g < layout.group_count(); ++g) {
     groups[g].resize(static_cast<size_t>(layout.group_numel(g)));
@@ -176,7 +200,7 @@ void read_engine_adapter(DataParallelEngine& engine, const std::filesystem::path
   LlamaModel& model = engine.model();
   ANVIL_CHECK(model.lora_enabled(), "[peft] {}: the model was built without LoRA adapters",
               dir.string());
-  const ParameterLayout& layout = model.trainable().layout();
+  const ParameterLayout& layout = model.full_trainable_layout();
   read_peft_adapter_weights(dir, model.options().lora, layout,
                             [&](int index, const float* values) {
                               const ParameterInfo& p = layout.params()[static_cast<size_t>(index)];
@@ -187,6 +211,22 @@ void read_engine_adapter(DataParallelEngine& engine, const std::filesystem::path
 void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const ShardPlan& plan = engine.plan();
   Backend& backend = engine.model().backend();
+  const ParameterLayout& layout = engine.model().trainable().layout();
+  const ParameterLayout& full = engine.model().full_trainable_layout();
+  const int tp = engine.tp_size();
+  const int tp_rank = engine.mesh().tp_index();
+  std::vector<std::vector<size_t>> params_of(static_cast<size_t>(layout.group_count()));
+  for (size_t p = 0; p < layout.params().size(); ++p)
+    params_of[static_cast<size_t>(layout.params()[p].group)].push_back(p);
+  // The elements this rank needs: the parameters' elements inside its shard of each group.
+  std::vector<int64_t> needed(static_cast<size_t>(plan.group_count()), 0);
+  for (const ParameterInfo& p : layout.params()) {
+    const GroupShard& s = plan.group(p.group);
+    needed[static_cast<size_t>(p.group)] +=
+        std::max<int64_t>(0, std::min(p.offset + p.numel(), s.shard_begin + s.shard_length) -
+                                 std::max(p.offset, s.shard_begin));
+  }
+  std::map<int, std::shared_ptr<const ParameterLayout>> layouts_at_tp;
   std::vector<std::array<int64_t, 2>> found(static_cast<size_t>(plan.group_count()), {0, 0});
   for (const std::filesystem::path& path : optimizer_files(dir)) {
     const SafetensorsFile file = SafetensorsFile::open(path);
@@ -199,6 +239,14 @@ void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::pa
                    kShardOffsetsKey, e.what());
       }
     }
+    // The file holds part of one tp rank's shard, in that tp size's layout.
+    const int64_t file_tp = metadata_int(file, path, kTpSizeKey, 1);
+    const int64_t file_tp_rank = metadata_int(file, path, kTpIndexKey, 0);
+    ANVIL_CHECK(file_tp >= 1 && file_tp_rank >= 0 && file_tp_rank < file_tp,
+                "[checkpoint] {}: tp rank {} of {} is not a tensor-parallel position",
+                path.string(), file_tp_rank, file_tp);
+    std::shared_ptr<const ParameterLayout>& file_layout = layouts_at_tp[static_cast<int>(file_tp)];
+    if (!file_layout) file_layout = engine.trainable_layout_at_tp(static_cast<int>(file_tp));
     for (const SafetensorsEntry& entry : file.entries()) {
       int which = 0, group = 0;
       if (!parse_moment_name(entry.name, which, group)) continue;
@@ -207,26 +255,45 @@ void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::pa
       ANVIL_CHECK(entry.dtype == "F32", "[checkpoint] {}: tensor '{}' is {}, expected F32",
                   path.string(), entry.name, entry.dtype);
       const int64_t offset = offsets.value(std::to_string(group), int64_t{0});
-      const GroupShard& s = plan.group(group);
-      ANVIL_CHECK(offset >= 0 && offset + entry.numel() <= s.numel,
+      ANVIL_CHECK(offset >= 0 && offset + entry.numel() <= file_layout->group_numel(group),
                   "[checkpoint] {}: tensor '{}' covers elements [{}, {}) of a group of {}",
-                  path.string(), entry.name, offset, offset + entry.numel(), s.numel);
-      const int64_t lo = std::max(offset, s.shard_begin);
-      const int64_t hi = std::min(offset + entry.numel(), s.shard_begin + s.shard_length);
-      if (lo >= hi) continue;
-      const Tensor target = engine.moment(group, which).flat(lo - s.shard_begin, hi - lo);
-      backend.copy_from_host(target,
-                             entry.data + (lo - offset) * static_cast<int64_t>(sizeof(float)));
-      found[static_cast<size_t>(group)][static_cast<size_t>(which)] += hi - lo;
+                  path.string(), entry.name, offset, offset + entry.numel(),
+                  file_layout->group_numel(group));
+      const GroupShard& s = plan.group(group);
+      if (s.shard_length == 0) continue;
+      const Tensor moment = engine.moment(group, which);
+      for (const size_t p : params_of[static_cast<size_t>(group)]) {
+        const ParameterInfo& fp = full.params()[p];
+        // Every tp rank holds a replicated parameter; tp rank 0's copy is the one read.
+        if (fp.split_dim < 0 && file_tp_rank != 0) continue;
+        const int64_t mine = layout.params()[p].offset;
+        const int64_t theirs = file_layout->params()[p].offset;
+        for (const TpOverlap& o :
+             tp_overlaps(tp_runs(fp.shape, fp.split_dim, tp, tp_rank),
+                         tp_runs(fp.shape, fp.split_dim, static_cast<int>(file_tp),
+                                 static_cast<int>(file_tp_rank)))) {
+          // Clip the run to this rank's shard and to the elements the file holds.
+          const int64_t first = std::max({int64_t{0}, s.shard_begin - (mine + o.a),
+                                          offset - (theirs + o.b)});
+          const int64_t last =
+              std::min({o.length, s.shard_begin + s.shard_length - (mine + o.a),
+                        offset + entry.numel() - (theirs + o.b)});
+          if (first >= last) continue;
+          backend.copy_from_host(
+              moment.flat(mine + o.a + first - s.shard_begin, last - first),
+              entry.data + (theirs + o.b + first - offset) * static_cast<int64_t>(sizeof(float)));
+          found[static_cast<size_t>(group)][static_cast<size_t>(which)] += last - first;
+        }
+      }
     }
   }
   for (int g = 0; g < plan.group_count(); ++g) {
     for (int which = 0; which < 2; ++which) {
       const int64_t got = found[static_cast<size_t>(g)][static_cast<size_t>(which)];
-      ANVIL_CHECK(got == plan.group(g).shard_length,
+      ANVIL_CHECK(got == needed[static_cast<size_t>(g)],
                   "[checkpoint] {}: the optimizer files hold {} of the {} elements of AdamW {} "
                   "for group {} that this rank needs (missing or overlapping shards)",
-                  dir.string(), got, plan.group(g).shard_length, which == 0 ? "m" : "v", g);
+                  dir.string(), got, needed[static_cast<size_t>(g)], which == 0 ? "m" : "v", g);
     }
   }
   engine.set_optimizer_steps(checkpoint_optimizer_step(dir));

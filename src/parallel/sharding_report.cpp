@@ -47,15 +47,25 @@ std::string row_name(const std::string& name) {
 struct TensorRow {
   std::string name;
   nlohmann::json json;
-  std::array<std::string, 5> cells;  // global, here, dtype, kind, split
+  std::array<std::string, 6> cells;  // global, here, dtype, kind, fsdp split, tp split
 };
 
-// Describes every tensor of `layout` (cut by `plan`); `sharded` names the states of these
-// tensors that are split over fsdp ("" when none is).
-void describe_layout(const ParameterLayout& layout, const ShardPlan& plan, bool weights_sharded,
-                     DType dtype, bool trainable, const std::string& sharded, int fsdp,
-                     std::vector<TensorRow>& rows) {
-  for (const ParameterInfo& p : layout.params()) {
+// Returns how tensor parallelism cuts a tensor: its rows, its columns, or not at all.
+const char* tp_cut(int split_dim) {
+  if (split_dim == 0) return "rows";
+  if (split_dim == 1) return "cols";
+  return "-";
+}
+
+// Describes every tensor of `layout` (this tp rank's shards, cut by `plan`; `full` is the
+// whole model's layout); `sharded` names the states of these tensors that are split over fsdp
+// ("" when none is).
+void describe_layout(const ParameterLayout& layout, const ParameterLayout& full,
+                     const ShardPlan& plan, bool weights_sharded, DType dtype, bool trainable,
+                     const std::string& sharded, int fsdp, int tp, std::vector<TensorRow>& rows) {
+  for (size_t index = 0; index < layout.params().size(); ++index) {
+    const ParameterInfo& p = layout.params()[index];
+    const ParameterInfo& whole = full.params()[index];
     const GroupShard& s = plan.group(p.group);
     int64_t first = p.offset, last = p.offset + p.numel();
     if (weights_sharded) {
@@ -63,23 +73,32 @@ void describe_layout(const ParameterLayout& layout, const ShardPlan& plan, bool 
       last = std::max(first, std::min(last, s.shard_begin + s.shard_length));
     }
     const int64_t here = last - first;
-    std::vector<int64_t> dims;
-    for (int i = 0; i < p.shape.rank(); ++i) dims.push_back(p.shape[i]);
+    std::vector<int64_t> dims, shard_dims;
+    for (int i = 0; i < p.shape.rank(); ++i) {
+      dims.push_back(whole.shape[i]);
+      shard_dims.push_back(p.shape[i]);
+    }
+    const bool tp_split = tp > 1 && whole.split_dim >= 0;
     TensorRow row;
     row.name = row_name(p.name);
     row.json = {{"name", p.name},
                 {"group", p.group},
                 {"global_shape", dims},
+                {"tp_shard_shape", shard_dims},
+                {"split_over_tp", tp_split ? nlohmann::json(whole.split_dim) : nlohmann::json()},
                 {"dtype", dtype_name(dtype)},
                 {"trainable", trainable},
                 {"elements_here", here},
                 {"first_element_here", here > 0 ? first - p.offset : 0},
                 {"split_over_fsdp", sharded.empty() || fsdp == 1 ? nlohmann::json::array()
                                                                   : nlohmann::json(sharded)},
-                {"replicated_over", nlohmann::json::array({"dp"})}};
-    row.cells = {part_shape(p.shape, 0, p.numel()), part_shape(p.shape, first - p.offset, here),
-                 std::string(dtype_name(dtype)), std::string(trainable ? "train" : "frozen"),
-                 sharded.empty() || fsdp == 1 ? std::string("-") : sharded + ":fsdp"};
+                {"replicated_over", tp > 1 && !tp_split ? nlohmann::json::array({"dp", "tp"})
+                                                        : nlohmann::json::array({"dp"})}};
+    row.cells = {part_shape(whole.shape, 0, whole.numel()),
+                 part_shape(p.shape, first - p.offset, here), std::string(dtype_name(dtype)),
+                 std::string(trainable ? "train" : "frozen"),
+                 sharded.empty() || fsdp == 1 ? std::string("-") : sharded + ":fsdp",
+                 tp > 1 ? tp_cut(whole.split_dim) : "-"};
     rows.push_back(std::move(row));
   }
 }
@@ -94,18 +113,21 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
   const DeviceMesh& mesh = engine.mesh();
   const int stage = engine.zero_stage();
   const int fsdp = mesh.shape().fsdp;
+  const int tp = mesh.shape().tp;
   LlamaModel& model = engine.model();
   std::vector<TensorRow> rows;
   if (model.lora_enabled()) {
-    describe_layout(model.parameters().layout(), engine.frozen_plan(), stage == 3,
-                    model.parameters().dtype(), false, stage == 3 ? "w" : "", fsdp, rows);
+    describe_layout(model.parameters().layout(), model.full_layout(), engine.frozen_plan(),
+                    stage == 3, model.parameters().dtype(), false, stage == 3 ? "w" : "", fsdp,
+                    tp, rows);
   }
   static const std::array<const char*, 4> kTrainableSplit = {"", "o", "g,o", "w,g,o"};
-  describe_layout(model.trainable().layout(), engine.plan(), stage == 3, DType::f32, true,
-                  kTrainableSplit[static_cast<size_t>(stage)], fsdp, rows);
+  describe_layout(model.trainable().layout(), model.full_trainable_layout(), engine.plan(),
+                  stage == 3, DType::f32, true, kTrainableSplit[static_cast<size_t>(stage)], fsdp,
+                  tp, rows);
 
   ShardingReport report;
-  report.json["mesh"] = {{"world", mesh.data_world()},
+  report.json["mesh"] = {{"world", mesh.world().size()},
                          {"dp", mesh.shape().dp},
                          {"fsdp", fsdp},
                          {"tp", mesh.shape().tp},
@@ -116,24 +138,24 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
     report.json["tensors"].push_back(row.json);
     width = std::max(width, row.name.size());
   }
-  width = std::min<size_t>(width, 32);  // rows fit 80 columns
+  width = std::min<size_t>(width, 28);  // rows fit 80 columns
   // As PEFT's print_trainable_parameters: the adapters count towards all parameters.
-  const int64_t trainable = model.trainable().layout().total_params();
+  const int64_t trainable = model.full_trainable_layout().total_params();
   const int64_t everything =
       model.config().param_count() + (model.lora_enabled() ? trainable : 0);
   report.json["parameters"] = {{"trainable", trainable}, {"all", everything}};
   report.text = fmt::format("trainable parameters: {} of {} ({:.3f}%)\n", trainable, everything,
                             100.0 * static_cast<double>(trainable) / static_cast<double>(everything));
   report.text += fmt::format("sharding: {}\n", mesh.describe());
-  report.text += "  (here: rank 0's part; split: w/g/o = weights/gradients/optimizer state\n"
-                 "  split over fsdp, - when nothing is)\n";
-  report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9}\n", "tensor", width,
-                             "global", "here", "dtype", "kind", "split");
+  report.text += "  (here: rank 0's part; fsdp: w/g/o = weights/gradients/optimizer state\n"
+                 "  split over fsdp; tp: the dimension tensor parallelism cuts; - for none)\n";
+  report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9} {:>4}\n", "tensor", width,
+                             "global", "here", "dtype", "kind", "fsdp", "tp");
   for (const TensorRow& row : rows) {
     if (row.name.empty()) continue;  // a later layer: the same as layer 0
-    report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9}\n", row.name, width,
-                               row.cells[0], row.cells[1], row.cells[2], row.cells[3],
-                               row.cells[4]);
+    report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9} {:>4}\n", row.name,
+                               width, row.cells[0], row.cells[1], row.cells[2], row.cells[3],
+                               row.cells[4], row.cells[5]);
   }
 
   const MemoryReport mine = engine.memory();

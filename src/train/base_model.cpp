@@ -46,12 +46,14 @@ void load_base_tensors(const std::filesystem::path& dir, const LlamaConfig& conf
 }  // namespace
 
 void load_base_weights(const std::filesystem::path& dir, LlamaModel& model) {
+  ANVIL_CHECK(!model.options().tp.enabled(), "[finetune] {}: a tensor-parallel shard loads its "
+              "base through the parallel engine", dir.string());
   load_base_tensors(dir, model.config(), model.parameters().layout(),
                     [&](int index, const float* values) { model.set_parameter(index, values); });
 }
 
 void load_base_weights(const std::filesystem::path& dir, DataParallelEngine& engine) {
-  load_base_tensors(dir, engine.model().config(), engine.model().parameters().layout(),
+  load_base_tensors(dir, engine.model().config(), engine.model().full_layout(),
                     [&](int index, const float* values) {
                       engine.set_frozen_weights(index, values);
                     });

@@ -67,7 +67,7 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(optimizer, wsd_decay_fraction, "wsd: fraction of steps that decay"),
       ANVIL_CONFIG_FIELD(parallel, dp, "data-parallel replicas (0: automatic)"),
       ANVIL_CONFIG_FIELD(parallel, fsdp, "ranks sharing one copy of sharded state (0: automatic)"),
-      ANVIL_CONFIG_FIELD(parallel, tp, "tensor-parallel ranks (must be 1 for now)"),
+      ANVIL_CONFIG_FIELD(parallel, tp, "tensor-parallel ranks (heads, FFN columns, vocabulary split)"),
       ANVIL_CONFIG_FIELD(parallel, zero_stage, "ZeRO stage 0-3 on the fsdp axis"),
       ANVIL_CONFIG_FIELD(parallel, offload, "keep optimizer state on the host"),
       ANVIL_CONFIG_FIELD(parallel, collective_timeout_s,

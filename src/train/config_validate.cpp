@@ -94,9 +94,7 @@ void validate_optimizer(const OptimizerConfigSection& optimizer) {
 void validate_rest(const TrainConfig& config) {
   check_non_negative(config.parallel.dp, "parallel.dp");
   check_non_negative(config.parallel.fsdp, "parallel.fsdp");
-  ANVIL_CHECK(config.parallel.tp == 1,
-              "[config] parallel.tp must be 1 (tensor parallelism is not implemented yet), got {}",
-              config.parallel.tp);
+  check_positive(config.parallel.tp, "parallel.tp");
   ANVIL_CHECK(config.parallel.zero_stage >= 0 && config.parallel.zero_stage <= 3,
               "[config] parallel.zero_stage must be 0, 1, 2 or 3, got {}",
               config.parallel.zero_stage);

@@ -229,7 +229,7 @@ Trainer::Trainer(const TrainRunOptions& options)
   parallel.offload = config_.parallel.offload;
   mesh_ = std::make_unique<DeviceMesh>(world_, parallel);
   model_ = std::make_unique<LlamaModel>(
-      llama_, *backend_, DataParallelEngine::model_options(model_options, parallel.zero_stage));
+      llama_, *backend_, DataParallelEngine::model_options(model_options, *mesh_));
   EngineOptions engine_options;
   engine_options.hyper = adamw_hyper_params_from(config_.optimizer);
   engine_options.grad_clip = config_.optimizer.grad_clip;
@@ -517,13 +517,22 @@ TrainResult Trainer::run() {
   double steady_seconds = 0;
   int64_t steady_tokens = 0;
   double ema_step_seconds = 0;
+  int64_t steady_steps = 0;
+  MeshTraffic steady_traffic;
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    const MeshTraffic before = mesh_->traffic();
     const StepOutcome outcome = train_step(step);
+    const MeshTraffic after = mesh_->traffic();
     const int64_t steps_done = step - first_step + 1;
     run_seconds += outcome.seconds;
     if (steps_done > kThroughputWarmupSteps) {
       steady_seconds += outcome.seconds;
       steady_tokens += tokens_per_step;
+      ++steady_steps;
+      steady_traffic.tp += after.tp - before.tp;
+      steady_traffic.data += after.data - before.data;
+      steady_traffic.dp += after.dp - before.dp;
+      steady_traffic.fsdp += after.fsdp - before.fsdp;
     }
     ema_step_seconds =
         steps_done == 1 ? outcome.seconds : 0.9 * ema_step_seconds + 0.1 * outcome.seconds;
@@ -584,6 +593,11 @@ TrainResult Trainer::run() {
                         : run_seconds > 0 ? static_cast<double>(result.tokens_this_run) / run_seconds
                                           : 0.0;
   result.gflops_per_s = result.tokens_per_s * result.flops_per_token / 1e9;
+  if (steady_steps > 0) {
+    result.step_seconds = steady_seconds / static_cast<double>(steady_steps);
+    result.traffic_per_step = {steady_traffic.tp / steady_steps, steady_traffic.data / steady_steps,
+                               steady_traffic.dp / steady_steps, steady_traffic.fsdp / steady_steps};
+  }
   result.peak_rss_mb = peak_rss_mb();
   const int64_t device_bytes = backend_->peak_device_bytes();
   result.peak_device_mb =
@@ -605,6 +619,12 @@ std::string train_summary_json(const TrainResult& r) {
                                     {"tokens_per_s", r.tokens_per_s},
                                     {"flops_per_token", r.flops_per_token},
                                     {"gflops_per_s", r.gflops_per_s},
+                                    {"step_seconds", r.step_seconds},
+                                    {"comm_bytes_per_step",
+                                     {{"tp", r.traffic_per_step.tp},
+                                      {"data", r.traffic_per_step.data},
+                                      {"dp", r.traffic_per_step.dp},
+                                      {"fsdp", r.traffic_per_step.fsdp}}},
                                     {"peak_rss_mb", r.peak_rss_mb},
                                     {"peak_device_mb", r.peak_device_mb},
                                     {"final_loss", r.final_loss},

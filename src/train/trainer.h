@@ -14,6 +14,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "parallel/mesh.h"
 #include "train/config.h"
 
 namespace anvil {
@@ -37,6 +38,9 @@ struct TrainResult {
   double tokens_per_s = 0;      // steady state: steps after the first two of this run
   double flops_per_token = 0;
   double gflops_per_s = 0;
+  double step_seconds = 0;      // mean over the steady-state steps (0 when there were none)
+  // Payload bytes rank 0 handed to each mesh axis per steady-state step (train_step only).
+  MeshTraffic traffic_per_step;
   double peak_rss_mb = 0;
   double peak_device_mb = -1;  // the backend allocator's peak (MiB); -1 for host backends
   double final_loss = 0;       // training loss of the last step

@@ -49,7 +49,22 @@ struct RunSpec {
   // LoRA adapters (r > 0) on all seven targets of a frozen base, computing in `dtype` (a bf16
   // model holds its base in bf16).
   int lora_r = 0;
+  float lora_dropout = 0.1f;
   DType dtype = DType::f32;
+  // Tensor parallelism over tp ranks; the model then has 8 heads and 4 kv heads (head_dim 4)
+  // so that tp 2 and tp 4 both divide them. A reference run sets wide_heads to match.
+  int tp = 1;
+  bool wide_heads = false;
+  bool activation_checkpointing = false;
+
+  LlamaConfig config() const {
+    LlamaConfig c = tiny_config(tied);
+    if (wide_heads || tp > 1) {
+      c.n_heads = 8;
+      c.n_kv_heads = 4;
+    }
+    return c;
+  }
 };
 
 // One rank's training setup over `comm` (a world of comm.size() data ranks).
@@ -63,21 +78,22 @@ class Harness {
     settings.dp = spec.dp;
     settings.fsdp = spec.fsdp;
     settings.zero_stage = spec.zero_stage;
+    settings.tp = spec.tp;
     mesh_ = std::make_unique<DeviceMesh>(comm, settings);
     ModelOptions options;
     options.max_batch = spec.micro_batch;
     options.max_seq = spec.seq;
     options.compute_dtype = spec.dtype;
+    options.activation_checkpointing = spec.activation_checkpointing;
     if (spec.lora_r > 0) {
       options.lora.r = spec.lora_r;
       options.lora.alpha = 2.0f * static_cast<float>(spec.lora_r);
-      options.lora.dropout = 0.1f;
+      options.lora.dropout = spec.lora_dropout;
       options.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj",
                               "gate_proj", "up_proj", "down_proj"};
     }
-    model_ = std::make_unique<LlamaModel>(
-        tiny_config(spec.tied), *backend_,
-        DataParallelEngine::model_options(options, spec.zero_stage));
+    model_ = std::make_unique<LlamaModel>(spec.config(), *backend_,
+                                          DataParallelEngine::model_options(options, *mesh_));
     EngineOptions engine_options;
     engine_options.hyper.weight_decay = 0.1;
     engine_options.grad_clip = spec.grad_clip;
@@ -90,14 +106,14 @@ class Harness {
     views_.resize(static_cast<size_t>(spec.grad_accum));
     layout_.micro_batch = spec.micro_batch;
     layout_.grad_accum = spec.grad_accum;
-    layout_.world_size = comm.size();
+    layout_.world_size = mesh_->data_world();
   }
 
   // Initialises what trains from `seed` and, with LoRA, the frozen base from seed + 1 (through
   // the engine, so each rank writes the part it holds).
   void init(uint64_t seed) {
     if (spec_.lora_r > 0) {
-      const ParameterLayout& base = model_->parameters().layout();
+      const ParameterLayout& base = model_->full_layout();
       for (int g = 0; g < base.group_count(); ++g) {
         std::vector<float> values(static_cast<size_t>(base.group_numel(g)));
         init_llama_group(model_->config(), base, g, seed + 1, values.data());
@@ -134,19 +150,24 @@ class Harness {
     });
   }
 
-  // Returns every trainable group's full weights, concatenated (collective under stage 3).
-  std::vector<float> all_weights() {
+  // Returns every trainable group's full weights (whole-model layout), concatenated
+  // (collective under stage 3 and tensor parallelism).
+  std::vector<float> all_weights() { return all_groups(&DataParallelEngine::gather_weights); }
+  // The same for the last step's reduced gradients.
+  std::vector<float> all_gradients() { return all_groups(&DataParallelEngine::gather_gradients); }
+
+ private:
+  std::vector<float> all_groups(void (DataParallelEngine::*gather)(int, float*)) {
     std::vector<float> out;
-    const ParameterLayout& layout = model_->trainable().layout();
+    const ParameterLayout& layout = model_->full_trainable_layout();
     for (int g = 0; g < layout.group_count(); ++g) {
       std::vector<float> group(static_cast<size_t>(layout.group_numel(g)));
-      engine_->gather_weights(g, group.data());
+      (engine_.get()->*gather)(g, group.data());
       out.insert(out.end(), group.begin(), group.end());
     }
     return out;
   }
 
- private:
   Batch fill(size_t micro, int64_t first, int count) {
     const size_t offset = micro * static_cast<size_t>(spec_.micro_batch) * spec_.seq;
     const Shape shape{count, spec_.seq};

@@ -43,11 +43,19 @@ TEST(Mesh, AutomaticAxesFollowTheStage) {
   EXPECT_EQ(resolve(2, 0, 3, 4).fsdp, 2);
   EXPECT_EQ(resolve(0, 2, 1, 8).dp, 4);
   EXPECT_EQ(resolve(1, 1, 0, 1).dp, 1);
+  // Tensor parallelism takes its factor first; the automatic axes share the rest.
+  EXPECT_EQ(resolve(0, 0, 0, 8, 2).dp, 4);
+  EXPECT_EQ(resolve(0, 0, 3, 8, 4).fsdp, 2);
+  EXPECT_EQ(resolve(0, 0, 3, 8, 4).dp, 1);
+  EXPECT_EQ(resolve(2, 0, 1, 8, 2).fsdp, 2);
 }
 
 TEST(Mesh, ClearErrors) {
   EXPECT_NE(error_of(2, 2, 1, 6).find("2 x 2 x 1 = 4 but the job has 6 ranks"), std::string::npos);
-  EXPECT_NE(error_of(0, 0, 0, 2, 2).find("tp must be 1, got 2"), std::string::npos);
+  EXPECT_NE(error_of(0, 0, 0, 4, 3).find("tp = 3 does not divide the 4 ranks"), std::string::npos);
+  EXPECT_NE(error_of(0, 0, 0, 4, 0).find("tp must be at least 1, got 0"), std::string::npos);
+  EXPECT_NE(error_of(2, 2, 1, 8, 4).find("2 x 2 x 4 = 16 but the job has 8 ranks"),
+            std::string::npos);
   EXPECT_NE(error_of(0, 3, 1, 4).find("fsdp = 3 does not divide the 4 ranks"), std::string::npos);
   EXPECT_NE(error_of(0, 0, 4, 4).find("zero_stage must be 0, 1, 2 or 3, got 4"),
             std::string::npos);

@@ -1,0 +1,192 @@
+// DataParallelEngine's weight access in the whole model's coordinates: initialisation,
+// checkpoint load and save, and the frozen LoRA base. Callers address groups and elements of
+// model.full_trainable_layout() / model.full_layout(); under tensor parallelism each rank maps
+// them onto the shard it holds (tp_runs), and gathers assemble whole groups from every tp
+// rank's shard, so checkpoints and exports never depend on the mesh.
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "core/error.h"
+#include "model/llama_parameters.h"
+#include "model/lora.h"
+#include "parallel/engine.h"
+
+namespace anvil {
+namespace {
+
+Buffer zeroed_f32(Backend& backend, int64_t elements) {
+  Buffer buffer(backend, static_cast<size_t>(elements) * sizeof(float));
+  backend.fill_zero(buffer.as(DType::f32, Shape{elements}));
+  return buffer;
+}
+
+}  // namespace
+
+void DataParallelEngine::init_weights(uint64_t seed) {
+  const ParameterLayout& layout = model_->full_trainable_layout();
+  std::vector<float> host;
+  for (int g = 0; g < layout.group_count(); ++g) {
+    if (layout.group_numel(g) == 0) continue;
+    host.resize(static_cast<size_t>(layout.group_numel(g)));
+    model_->init_trainable_group(g, seed, host.data());
+    set_weights(g, 0, layout.group_numel(g), host.data());
+  }
+}
+
+std::pair<int64_t, int64_t> DataParallelEngine::weight_range(int group) const {
+  if (tp_size() > 1) return {0, model_->full_trainable_layout().group_numel(group)};
+  const GroupShard& s = plan_.group(group);
+  if (stage_ == 3) return {s.shard_begin, s.shard_begin + s.shard_length};
+  return {0, s.numel};
+}
+
+void DataParallelEngine::set_weights(int group, int64_t begin, int64_t count,
+                                     const float* values) {
+  if (tp_size() == 1) {
+    set_local_weights(group, begin, count, values);
+    return;
+  }
+  const ParameterLayout& local = model_->trainable().layout();
+  const ParameterLayout& full = model_->full_trainable_layout();
+  for (size_t p = 0; p < full.params().size(); ++p) {
+    const ParameterInfo& fp = full.params()[p];
+    if (fp.group != group) continue;
+    if (fp.offset >= begin + count || fp.offset + fp.numel() <= begin) continue;
+    const ParameterInfo& lp = local.params()[p];
+    for (const TpRun& run : tp_runs(fp.shape, fp.split_dim, tp_size(), mesh_->tp_index())) {
+      const int64_t lo = std::max(begin, fp.offset + run.global);
+      const int64_t hi = std::min(begin + count, fp.offset + run.global + run.length);
+      if (lo >= hi) continue;
+      set_local_weights(group, lp.offset + run.local + (lo - fp.offset - run.global), hi - lo,
+                        values + (lo - begin));
+    }
+  }
+}
+
+void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t count,
+                                           const float* values) {
+  const GroupShard& s = plan_.group(group);
+  const int64_t lo = stage_ == 3 ? s.shard_begin : 0;
+  const int64_t hi = stage_ == 3 ? s.shard_begin + s.shard_length : s.numel;
+  const int64_t first = std::max(begin, lo);
+  const int64_t last = std::min(begin + count, hi);
+  if (first >= last) return;
+  weight_slots_.wait_all();
+  const Tensor target = stage_ == 3
+                            ? storage_[static_cast<size_t>(group)]
+                                  .weight_shard.as(DType::f32, Shape{s.shard})
+                                  .flat(first - lo, last - first)
+                            : model_weights(group).flat(first, last - first);
+  model_->backend().copy_from_host(target, values + (first - begin));
+  if (stage_ == 3) weight_slots_.forget_cached();
+}
+
+void DataParallelEngine::gather_weights(int group, float* host) {
+  gather_whole_group(group, host, [&](float* local) { gather_local_weights(group, local); });
+}
+
+void DataParallelEngine::gather_gradients(int group, float* host) {
+  gather_whole_group(group, host, [&](float* local) { gather_local_gradients(group, local); });
+}
+
+void DataParallelEngine::gather_whole_group(int group, float* host,
+                                            const std::function<void(float*)>& gather_local) {
+  if (tp_size() == 1) {
+    gather_local(host);
+    return;
+  }
+  const ParameterLayout& local = model_->trainable().layout();
+  const ParameterLayout& full = model_->full_trainable_layout();
+  const int64_t local_numel = local.group_numel(group);
+  std::fill(host, host + full.group_numel(group), 0.0f);
+  if (local_numel == 0) return;
+  // Every tp rank's shard of the group (equal sizes), then each parameter's runs put back.
+  std::vector<float> shards(static_cast<size_t>(local_numel * tp_size()));
+  gather_local(shards.data() + mesh_->tp_index() * local_numel);
+  const Tensor all(shards.data(), DType::f32, Shape{local_numel * tp_size()});
+  mesh_->tp().all_gather(all.flat(mesh_->tp_index() * local_numel, local_numel), all);
+  for (size_t p = 0; p < full.params().size(); ++p) {
+    const ParameterInfo& fp = full.params()[p];
+    if (fp.group != group) continue;
+    const ParameterInfo& lp = local.params()[p];
+    for (int t = 0; t < tp_size(); ++t) {
+      const float* shard = shards.data() + t * local_numel + lp.offset;
+      for (const TpRun& run : tp_runs(fp.shape, fp.split_dim, tp_size(), t))
+        std::copy_n(shard + run.local, run.length, host + fp.offset + run.global);
+    }
+  }
+}
+
+void DataParallelEngine::gather_local_gradients(int group, float* host) {
+  const GroupShard& s = plan_.group(group);
+  if (s.numel == 0) return;
+  if (stage_ <= 1) {
+    model_->backend().copy_to_host(host, model_->trainable_gradients().group(group));
+    return;
+  }
+  // Stages 2-3: each fsdp shard holds its part of the reduced gradient.
+  const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
+  const Tensor all = gathered.as(DType::f32, Shape{s.padded});
+  mesh_->fsdp().all_gather(
+      storage_[static_cast<size_t>(group)].grad_shard.as(DType::f32, Shape{s.shard}), all);
+  model_->backend().copy_to_host(host, all.flat(0, s.numel));
+}
+
+void DataParallelEngine::gather_local_weights(int group, float* host) {
+  const GroupShard& s = plan_.group(group);
+  if (s.numel == 0) return;  // an empty group (LoRA's embedding and head groups)
+  if (stage_ != 3) {
+    model_->backend().copy_to_host(host, model_weights(group));
+    return;
+  }
+  const int cached = weight_slots_.find(group);
+  if (cached >= 0) {
+    weight_slots_.wait(cached);
+    model_->backend().copy_to_host(host, weight_slots_.tensor(cached, s.numel));
+    return;
+  }
+  // Only the trainable part: a checkpoint never needs the frozen base gathered. The slot then
+  // holds an incomplete group, so nothing may take it for a cached copy afterwards.
+  const int slot = weight_slots_.take(group);
+  start_weight_gather(group, slot, false);
+  weight_slots_.wait(slot);
+  model_->backend().copy_to_host(host, weight_slots_.tensor(slot, s.numel));
+  weight_slots_.forget_cached();
+}
+
+void DataParallelEngine::set_frozen_weights(int index, const float* values) {
+  ANVIL_CHECK(lora_, "[parallel] set_frozen_weights on a model without a frozen base");
+  const ParameterInfo& info = model_->parameters().layout().params()[static_cast<size_t>(index)];
+  const float* local_values = values;
+  std::vector<float> shard;
+  if (tp_size() > 1) {
+    // This tp rank's shard of the whole tensor, laid out as the shard parameter.
+    const ParameterInfo& fp = model_->full_layout().params()[static_cast<size_t>(index)];
+    shard.resize(static_cast<size_t>(info.numel()));
+    for (const TpRun& run : tp_runs(fp.shape, fp.split_dim, tp_size(), mesh_->tp_index()))
+      std::copy_n(values + run.global, run.length, shard.data() + run.local);
+    local_values = shard.data();
+  }
+  if (stage_ < 3) {
+    model_->set_parameter(index, local_values);
+    return;
+  }
+  const GroupShard& s = frozen_plan_.group(info.group);
+  const int64_t first = std::max(info.offset, s.shard_begin);
+  const int64_t last = std::min(info.offset + info.numel(), s.shard_begin + s.shard_length);
+  if (first >= last) return;
+  weight_slots_.wait_all();
+  write_f32_values(model_->backend(),
+                   frozen_shard(info.group).flat(first - s.shard_begin, last - first),
+                   local_values + (first - info.offset));
+  weight_slots_.forget_cached();
+}
+
+std::shared_ptr<const ParameterLayout> DataParallelEngine::trainable_layout_at_tp(int tp) const {
+  const LlamaConfig shard = tp_shard_config(model_->config(), tp);
+  if (lora_) return make_lora_layout(shard, model_->options().lora);
+  return make_llama_layout(shard, model_->options().decay_embeddings);
+}
+
+}  // namespace anvil
