@@ -39,8 +39,10 @@ struct LayerActivations {
   Tensor up;             // (N, F) compute
   Tensor swiglu_out;     // (N, F) compute: silu(gate) * up
 
-  // Returns views of the first dims.rows() rows with the shapes documented above.
-  LayerActivations sized(const LlamaConfig& config, StepDims dims) const;
+  // Returns views of the first dims.rows() rows with the shapes documented above; under
+  // sequence parallelism the (N, C) and (N) tensors hold only this rank's `local_rows` rows
+  // (0: all of them).
+  LayerActivations sized(const LlamaConfig& config, StepDims dims, int64_t local_rows = 0) const;
 };
 
 // Gradients of activations, overwritten layer after layer during backward.
@@ -58,8 +60,9 @@ struct BackwardScratch {
   Tensor d_gate;      // (N, F) compute
   Tensor d_up;        // (N, F) compute
 
-  // Returns views of the first dims.rows() rows with the shapes documented above.
-  BackwardScratch sized(const LlamaConfig& config, StepDims dims) const;
+  // Returns views of the first dims.rows() rows with the shapes documented above (d_residual:
+  // `local_rows` rows under sequence parallelism; 0: all of them).
+  BackwardScratch sized(const LlamaConfig& config, StepDims dims, int64_t local_rows = 0) const;
 };
 
 // Everything a LlamaModel computes into, carved from one arena.
@@ -82,10 +85,22 @@ struct ModelActivations {
   Tensor positions;       // (N) i32
   Tensor ones;            // (N) compute, all ones: the operand of bias add and bias grad
 
+  // Sequence parallelism only: (N, C) rows gathered from every tp rank, in the compute dtype
+  // (the input of the column-parallel projections and of the head) and in f32 (partial
+  // outputs of the row-parallel projections and the embedding before their reduce-scatter,
+  // the gathered residual gradient); (N / tp, C) f32: a norm output's reduced gradient.
+  Tensor sp_gathered;
+  Tensor sp_full;
+  Tensor sp_d_norm;
+  Tensor sp_norm_grad;  // (C) f32: a norm weight's gradient from this rank's rows
+
   // Carves every tensor for `config` at capacity `max_rows` (B * T); `layer_sets` is the
-  // number of saved-activation sets; `compute` is the compute dtype (f32 or bf16).
+  // number of saved-activation sets; `compute` is the compute dtype (f32 or bf16). With
+  // `sequence_split` > 1 (sequence parallelism over that many tp ranks) the residual stream,
+  // the norm outputs and statistics and the residual gradient hold max_rows / sequence_split
+  // rows, and the sp_* buffers are carved.
   void carve(Arena& arena, const LlamaConfig& config, int max_batch, int64_t max_rows,
-             int layer_sets, int64_t logits_chunk_rows, DType compute);
+             int layer_sets, int64_t logits_chunk_rows, DType compute, int sequence_split = 1);
 };
 
 // Returns rows [0, rows) of a flat capacity tensor viewed as (rows, cols).

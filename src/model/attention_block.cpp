@@ -21,18 +21,20 @@ void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const
                            LayerActivations& a, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   backend.rmsnorm_forward(x, w.attn_norm, a.attn_norm_out, a.attn_rstd, ctx.config->norm_eps);
-  linear_forward(backend, a.attn_norm_out, w.wq, a.q);
-  linear_forward(backend, a.attn_norm_out, w.wk, a.k);
-  linear_forward(backend, a.attn_norm_out, w.wv, a.v);
+  // Sequence parallelism: the norm ran on this rank's rows; the projections take all of them.
+  const Tensor normed = ctx.gather_rows(a.attn_norm_out, ctx.sp_gathered);
+  linear_forward(backend, normed, w.wq, a.q);
+  linear_forward(backend, normed, w.wk, a.k);
+  linear_forward(backend, normed, w.wv, a.v);
   if (ctx.config->attention_bias) {
     bias_add_forward(backend, ctx.ones, w.bq, a.q);
     bias_add_forward(backend, ctx.ones, w.bk, a.k);
     bias_add_forward(backend, ctx.ones, w.bv, a.v);
   }
   if (lora) {
-    lora_forward(*lora, LoraTarget::q_proj, a.attn_norm_out, a.q);
-    lora_forward(*lora, LoraTarget::k_proj, a.attn_norm_out, a.k);
-    lora_forward(*lora, LoraTarget::v_proj, a.attn_norm_out, a.v);
+    lora_forward(*lora, LoraTarget::q_proj, normed, a.q);
+    lora_forward(*lora, LoraTarget::k_proj, normed, a.k);
+    lora_forward(*lora, LoraTarget::v_proj, normed, a.v);
   }
   backend.rope_forward(a.q, a.q, ctx.positions, ctx.rope);
   backend.rope_forward(a.k, a.k, ctx.positions, ctx.rope);
@@ -41,8 +43,11 @@ void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const
 void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
                               LayerActivations& a, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
-  linear_forward(backend, a.attn_out, w.wo, a.resid_mid);
-  ctx.tp_all_reduce(a.resid_mid);  // row-parallel o_proj: sum the heads' partial outputs
+  // Row-parallel o_proj: sum the heads' partial outputs (into this rank's rows under
+  // sequence parallelism).
+  const Tensor out = ctx.row_parallel_output(a.resid_mid);
+  linear_forward(backend, a.attn_out, w.wo, out);
+  ctx.reduce_rows(out, a.resid_mid);
   if (lora) lora_forward(*lora, LoraTarget::o_proj, a.attn_out, a.resid_mid);
   backend.add(a.resid_mid, x, a.resid_mid);
 }
@@ -59,7 +64,8 @@ void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, co
                               const BackwardScratch& s, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   // o_proj: d_attn_out (B,T,Hq,D) =, dWo +=; the adapter adds its path to d_attn_out.
-  const Tensor d_resid_mid = as_compute_operand(backend, s.d_residual, s.d_residual_compute);
+  const Tensor d_resid_mid = as_compute_operand(
+      backend, ctx.gather_rows(s.d_residual, ctx.sp_full), s.d_residual_compute);
   linear_backward_input(backend, d_resid_mid, w.wo, s.d_attn_out, false);
   weight_grad(backend, d_resid_mid, a.attn_out, g.wo);
   if (lora) lora_backward(*lora, LoraTarget::o_proj, a.attn_out, d_resid_mid, s.d_attn_out);
@@ -74,22 +80,22 @@ void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, co
     bias_backward(backend, ctx.ones, s.dv, g.bv);
   }
   // projections: d_norm_out (N,C) = dq Wq + dk Wk + dv Wv (+ adapters); dWq, dWk, dWv +=.
+  const Tensor normed = ctx.gather_rows(a.attn_norm_out, ctx.sp_gathered);
   linear_backward_input(backend, s.dq, w.wq, s.d_norm_out, false);
   linear_backward_input(backend, s.dk, w.wk, s.d_norm_out, true);
   linear_backward_input(backend, s.dv, w.wv, s.d_norm_out, true);
-  weight_grad(backend, s.dq, a.attn_norm_out, g.wq);
-  weight_grad(backend, s.dk, a.attn_norm_out, g.wk);
-  weight_grad(backend, s.dv, a.attn_norm_out, g.wv);
+  weight_grad(backend, s.dq, normed, g.wq);
+  weight_grad(backend, s.dk, normed, g.wk);
+  weight_grad(backend, s.dv, normed, g.wv);
   if (lora) {
-    lora_backward(*lora, LoraTarget::q_proj, a.attn_norm_out, s.dq, s.d_norm_out);
-    lora_backward(*lora, LoraTarget::k_proj, a.attn_norm_out, s.dk, s.d_norm_out);
-    lora_backward(*lora, LoraTarget::v_proj, a.attn_norm_out, s.dv, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::q_proj, normed, s.dq, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::k_proj, normed, s.dk, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::v_proj, normed, s.dv, s.d_norm_out);
   }
   // Column-parallel q/k/v: each tp rank's heads give a partial input gradient.
-  ctx.tp_all_reduce(s.d_norm_out);
+  const Tensor d_normed = ctx.reduce_rows(s.d_norm_out, ctx.sp_d_norm);
   // rmsnorm: d_residual += dL/dx through the norm (it already holds the residual path).
-  backend.rmsnorm_backward(s.d_norm_out, x, w.attn_norm, a.attn_rstd, s.d_residual,
-                           ctx.norm_grad(g.attn_norm));
+  rmsnorm_backward_rows(ctx, d_normed, x, w.attn_norm, a.attn_rstd, s.d_residual, g.attn_norm);
 }
 
 }  // namespace anvil

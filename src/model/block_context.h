@@ -28,10 +28,50 @@ struct BlockContext {
   TensorParallel tp;
   int64_t vocab_begin = 0;  // first vocabulary row of this tp rank's embedding and head shards
   VocabParallelScratch* vocab_parallel = nullptr;  // the head's buffers under tp; else nullptr
+  // Rows of the residual stream this rank holds: dims.rows(), or under sequence parallelism
+  // dims.rows() / tp starting at row `row_begin` of the batch.
+  int64_t local_rows = 0;
+  int64_t row_begin = 0;
+  // Sequence parallelism: (N, C) compute and f32 gather buffers, (N / tp, C) f32 for a reduced
+  // norm gradient (ModelActivations::sp_*); undefined otherwise.
+  Tensor sp_gathered;
+  Tensor sp_full;
+  Tensor sp_d_norm;
+  Tensor sp_norm_grad;  // (C) f32: one norm weight's gradient over this rank's rows
 
   // Sums `t` over the tp ranks in place (a no-op without tensor parallelism).
   void tp_all_reduce(const Tensor& t) const {
     if (tp.enabled()) tp.ops->all_reduce(t);
+  }
+  // Returns all N rows of `local` (this rank's rows under sequence parallelism, gathered into
+  // `full`, which must hold N rows of local's dtype); otherwise `local` itself.
+  Tensor gather_rows(const Tensor& local, const Tensor& full) const {
+    if (!tp.splits_sequence()) return local;
+    const int64_t width = local.shape[1];
+    const Tensor all = full.flat(0, dims.rows() * width).view(Shape{dims.rows(), width});
+    tp.ops->all_gather(local, all);
+    return all;
+  }
+  // Sums the tp ranks' partial N rows `partial` (a row-parallel matmul's output, or the input
+  // gradient of a column-parallel one) and returns this rank's rows of the sum: under
+  // sequence parallelism reduce-scattered into `local` (N / tp rows), else all-reduced in
+  // place (and `partial` returned).
+  Tensor reduce_rows(const Tensor& partial, const Tensor& local) const {
+    if (!tp.splits_sequence()) {
+      tp_all_reduce(partial);
+      return partial;
+    }
+    const int64_t width = partial.shape[1];
+    const Tensor mine = local.flat(0, local_rows * width).view(Shape{local_rows, width});
+    tp.ops->reduce_scatter(partial, mine);
+    return mine;
+  }
+  // Returns the (N, C) f32 buffer a row-parallel matmul writes into: `local_out` itself
+  // without sequence parallelism, else the full-rows buffer that reduce_rows scatters from.
+  Tensor row_parallel_output(const Tensor& local_out) const {
+    if (!tp.splits_sequence()) return local_out;
+    const int64_t width = local_out.shape[1];
+    return sp_full.flat(0, dims.rows() * width).view(Shape{dims.rows(), width});
   }
 
   // Returns g when the weight is trained, otherwise the sink (frozen norm weights).
@@ -45,5 +85,22 @@ struct BlockContext {
     return params;
   }
 };
+
+// rmsnorm backward on this rank's rows: dx +=, dweight += (the sink for a frozen norm). Under
+// sequence parallelism a rank's rows give only part of a norm weight's gradient; the parts
+// are summed over tp (so the replicated weight stays identical on every tp rank).
+inline void rmsnorm_backward_rows(const BlockContext& ctx, const Tensor& dout, const Tensor& x,
+                                  const Tensor& weight, const Tensor& rstd, const Tensor& dx,
+                                  const Tensor& dweight) {
+  Backend& backend = *ctx.backend;
+  if (!ctx.tp.splits_sequence() || !dweight.defined()) {
+    backend.rmsnorm_backward(dout, x, weight, rstd, dx, ctx.norm_grad(dweight));
+    return;
+  }
+  backend.fill_zero(ctx.sp_norm_grad);
+  backend.rmsnorm_backward(dout, x, weight, rstd, dx, ctx.sp_norm_grad);
+  ctx.tp.ops->all_reduce(ctx.sp_norm_grad);
+  backend.add(dweight, ctx.sp_norm_grad, dweight);
+}
 
 }  // namespace anvil

@@ -17,8 +17,9 @@ void embedding_block_forward(const BlockContext& ctx, const Tensor& table, const
     return;
   }
   // Each position's row lives on one tp rank; the others contribute zeros.
-  ctx.backend->embedding_shard_forward(tokens, table, out, ctx.vocab_begin);
-  ctx.tp_all_reduce(out);
+  const Tensor partial = ctx.row_parallel_output(out);
+  ctx.backend->embedding_shard_forward(tokens, table, partial, ctx.vocab_begin);
+  ctx.reduce_rows(partial, out);
 }
 
 void embedding_block_backward(const BlockContext& ctx, const Tensor& tokens, const Tensor& d_out,
@@ -27,19 +28,21 @@ void embedding_block_backward(const BlockContext& ctx, const Tensor& tokens, con
     ctx.backend->embedding_backward(tokens, d_out, dtable);
     return;
   }
-  ctx.backend->embedding_shard_backward(tokens, d_out, dtable, ctx.vocab_begin);
+  ctx.backend->embedding_shard_backward(tokens, ctx.gather_rows(d_out, ctx.sp_full), dtable,
+                                       ctx.vocab_begin);
 }
 
 namespace {
 
-// Runs the final norm of x (N, C) into acts.final_norm_out / acts.final_rstd.
+// Runs the final norm of x (this rank's rows, C) into acts.final_norm_out / acts.final_rstd
+// and returns all N rows of its output (gathered under sequence parallelism).
 Tensor final_norm_forward(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,
                           ModelActivations& acts) {
-  const int64_t n = ctx.dims.rows();
+  const int64_t n = ctx.local_rows;
   const Tensor normed = leading_rows(acts.final_norm_out, n, ctx.config->dim);
   ctx.backend->rmsnorm_forward(x, w.final_norm, normed, acts.final_rstd.flat(0, n),
                                ctx.config->norm_eps);
-  return normed;
+  return ctx.gather_rows(normed, ctx.sp_gathered);
 }
 
 // Runs the cross-entropy of chunk rows [begin, end) (logits already in `logits`).
@@ -83,11 +86,12 @@ void head_block_forward_backward(const BlockContext& ctx, const LlamaWeights& w,
     if (g.lm_head.defined()) linear_backward_weight(backend, dlogits, rows, g.lm_head);
   }
   // Each tp rank's head columns give a partial input gradient (column-parallel head).
-  ctx.tp_all_reduce(d_normed);
-  const Tensor d_residual = leading_rows(acts.scratch.d_residual, n, c);
+  const Tensor d_mine = ctx.reduce_rows(d_normed, ctx.sp_d_norm);
+  const int64_t rows = ctx.local_rows;
+  const Tensor d_residual = leading_rows(acts.scratch.d_residual, rows, c);
   backend.fill_zero(d_residual);
-  backend.rmsnorm_backward(d_normed, x, w.final_norm, acts.final_rstd.flat(0, n), d_residual,
-                           ctx.norm_grad(g.final_norm));
+  rmsnorm_backward_rows(ctx, d_mine, x, w.final_norm, acts.final_rstd.flat(0, rows), d_residual,
+                        g.final_norm);
 }
 
 void head_block_forward_loss(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,

@@ -61,6 +61,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
               tp.size - 1);
   ANVIL_CHECK(!tp.enabled() || tp.ops != nullptr,
               "[model] tensor parallelism needs the tp collectives (ModelOptions::tp.ops)");
+  ANVIL_CHECK(!tp.sequence_parallel || tp.enabled(),
+              "[model] sequence parallelism splits the sequence over tp ranks; it needs tp > 1");
   if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len;
   ANVIL_CHECK(options_.compute_dtype == DType::f32 || options_.compute_dtype == DType::bf16,
               "[model] compute dtype must be f32 or bf16, got {}",
@@ -87,7 +89,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
     ANVIL_CHECK(!options_.lora_base_dtype, "[model] lora_base_dtype is set, but LoRA is off");
   }
   layout_ = make_llama_layout(config_, options_.decay_embeddings);
-  full_layout_ = tp.enabled() ? make_llama_layout(full_config_, options_.decay_embeddings) : layout_;
+  full_layout_ =
+      tp.enabled() ? make_llama_layout(full_config_, options_.decay_embeddings) : layout_;
   // With LoRA the base is frozen (no gradients) and allocate_weights/gradients are the
   // adapters'; the base's own buffers follow allocate_frozen.
   params_ = ParameterSet(layout_, backend, lora ? options_.allocate_frozen : options_.allocate_weights,
@@ -114,7 +117,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   const int layer_sets = options_.activation_checkpointing ? 1 : config_.n_layers;
   arena_.build(backend, [&](Arena& arena) {
     acts_.carve(arena, config_, options_.max_batch, max_rows, layer_sets, chunk,
-                options_.compute_dtype);
+                options_.compute_dtype, tp.splits_sequence() ? tp.size : 1);
     if (lora) {
       lora_.carve(arena, max_rows, layer_sets);
       norm_grad_sink_ = arena.take(DType::f32, Shape{config_.dim});
@@ -189,11 +192,16 @@ StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
   ANVIL_CHECK(dims.seq >= 1 && dims.seq <= options_.max_seq,
               "[model] sequence length {} outside 1..max_seq ({})", dims.seq, options_.max_seq);
   const Shape bt{dims.batch, dims.seq};
-  if (options_.tp.enabled()) check_vocabulary_range(tokens, "token id", full_config_.vocab_size, false);
+  const bool tp = options_.tp.enabled();
+  if (tp) check_vocabulary_range(tokens, "token id", full_config_.vocab_size, false);
+  ANVIL_CHECK(!options_.tp.splits_sequence() || dims.rows() % options_.tp.size == 0,
+              "[model] sequence parallelism splits the {} x {} = {} positions of a batch over {} "
+              "tp ranks, which does not divide them",
+              dims.batch, dims.seq, dims.rows(), options_.tp.size);
   tokens_view_ = on_device(*backend_, tokens, acts_.tokens);
   if (targets) {
     check_batch_tensor(*targets, bt, DType::i32, "targets");
-    if (options_.tp.enabled()) check_vocabulary_range(*targets, "target", full_config_.vocab_size, true);
+    if (tp) check_vocabulary_range(*targets, "target", full_config_.vocab_size, true);
     targets_view_ = on_device(*backend_, *targets, acts_.targets);
   }
   mask_view_ = Tensor();
@@ -231,6 +239,15 @@ BlockContext LlamaModel::make_context(StepDims dims) const {
   ctx.rope = config_.rope_params();
   ctx.norm_grad_sink = norm_grad_sink_;
   ctx.tp = options_.tp;
+  ctx.local_rows = dims.rows();
+  if (options_.tp.splits_sequence()) {
+    ctx.local_rows = dims.rows() / options_.tp.size;
+    ctx.row_begin = options_.tp.rank * ctx.local_rows;
+    ctx.sp_gathered = acts_.sp_gathered;
+    ctx.sp_full = acts_.sp_full;
+    ctx.sp_d_norm = acts_.sp_d_norm;
+    ctx.sp_norm_grad = acts_.sp_norm_grad;
+  }
   if (options_.tp.enabled()) {
     ctx.vocab_begin = int64_t{options_.tp.rank} * config_.vocab_size;
     ctx.vocab_parallel = const_cast<VocabParallelScratch*>(&vocab_parallel_);
@@ -243,8 +260,8 @@ LayerActivations& LlamaModel::saved_activations(int layer) {
 }
 
 void LlamaModel::layer_forward(const BlockContext& ctx, int layer, int set, bool training) {
-  const int64_t n = ctx.dims.rows(), c = config_.dim;
-  LayerActivations a = acts_.layers[set].sized(config_, ctx.dims);
+  const int64_t n = ctx.local_rows, c = config_.dim;
+  LayerActivations a = acts_.layers[set].sized(config_, ctx.dims, ctx.local_rows);
   const Tensor x = leading_rows(acts_.residual[layer], n, c);
   const Tensor out = leading_rows(acts_.residual[layer + 1], n, c);
   const LoraLayerStep* lora = lora_step(layer, ctx.dims, set, training);
@@ -258,11 +275,13 @@ const LoraLayerStep* LlamaModel::lora_step(int layer, StepDims dims, int set, bo
                           dropout_hash(static_cast<uint64_t>(dropout_step_),
                                        static_cast<uint64_t>(dropout_micro_batch_)));
   lora_step_.tp = options_.tp;
+  if (options_.tp.splits_sequence())
+    lora_step_.row_begin = options_.tp.rank * (dims.rows() / options_.tp.size);
   return &lora_step_;
 }
 
 void LlamaModel::embed_and_layers_forward(const BlockContext& ctx, bool save_for_backward) {
-  const int64_t n = ctx.dims.rows(), c = config_.dim;
+  const int64_t n = ctx.local_rows, c = config_.dim;
   begin_forward(kEmbeddingGroup);
   embedding_block_forward(ctx, compute_weights().embedding, tokens_view_,
                           leading_rows(acts_.residual[0], n, c));
@@ -285,7 +304,7 @@ LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
   const StepDims dims =
       prepare_inputs(batch.tokens, &batch.targets, batch.loss_mask, batch.doc_ids, 0);
   const BlockContext ctx = make_context(dims);
-  const int64_t n = dims.rows(), c = config_.dim;
+  const int64_t n = ctx.local_rows, c = config_.dim;
   const int head = head_group(config_);
   if (norm_grad_sink_.defined()) backend_->fill_zero(norm_grad_sink_);
   embed_and_layers_forward(ctx, true);
@@ -296,14 +315,14 @@ LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
                               loss_targets(), grad_scale);
   call_hook(&GroupHooks::after_backward, head);
 
-  const BackwardScratch scratch = acts_.scratch.sized(config_, dims);
+  const BackwardScratch scratch = acts_.scratch.sized(config_, dims, ctx.local_rows);
   for (int l = config_.n_layers - 1; l >= 0; --l) {
     begin_backward(layer_group(l));
     // With checkpointing the shared set still holds the last layer from the forward pass.
     if (options_.activation_checkpointing && l != config_.n_layers - 1) {
       layer_forward(ctx, l, 0, true);
     }
-    const LayerActivations a = saved_activations(l).sized(config_, dims);
+    const LayerActivations a = saved_activations(l).sized(config_, dims, ctx.local_rows);
     const LoraLayerStep* lora = lora_step(l, dims, saved_set(l), true);
     mlp_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l], a, scratch, lora);
     attention_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l],
@@ -325,9 +344,8 @@ LossSum LlamaModel::forward_loss(const Batch& batch) {
   embed_and_layers_forward(ctx, false);
   const int head = head_group(config_);
   begin_forward(head);
-  head_block_forward_loss(ctx, compute_weights(),
-                          leading_rows(acts_.residual[config_.n_layers], dims.rows(), config_.dim),
-                          acts_, loss_targets());
+  const Tensor last = leading_rows(acts_.residual[config_.n_layers], ctx.local_rows, config_.dim);
+  head_block_forward_loss(ctx, compute_weights(), last, acts_, loss_targets());
   call_hook(&GroupHooks::after_forward, head);
   return LossSum{sum_losses(dims), count_loss_tokens(batch)};
 }

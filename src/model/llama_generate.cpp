@@ -79,6 +79,7 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor
   }
   BlockContext head_ctx = ctx;
   head_ctx.dims = StepDims{dims.batch, 1};
+  head_ctx.local_rows = dims.batch;
   const int head = head_group(config_);
   begin_forward(head);
   head_block_forward_logits(head_ctx, compute_weights(), last, acts_, logits);

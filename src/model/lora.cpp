@@ -154,7 +154,11 @@ void lora_forward(const LoraLayerStep& step, LoraTarget target, const Tensor& x,
   const Tensor& hidden = step.hidden[i];
   backend.matmul(input, a, hidden, false, true);
   if (input_split(step, target)) step.tp.ops->all_reduce(hidden);
-  backend.matmul(hidden, b, as_rows(y, out), false, true, step.scale, 1.0f);
+  const Tensor y2 = as_rows(y, out);
+  const Tensor rows = y2.shape[0] == hidden.shape[0]
+                          ? hidden
+                          : hidden.slice(step.row_begin, step.row_begin + y2.shape[0]);
+  backend.matmul(rows, b, y2, false, true, step.scale, 1.0f);
 }
 
 void lora_backward(const LoraLayerStep& step, LoraTarget target, const Tensor& x,

@@ -91,6 +91,9 @@ struct LoraLayerStep {
   // its input and sum their hidden state over tp; those of column-parallel bases have B split
   // on its output and sum the hidden state's gradient.
   TensorParallel tp;
+  // Under sequence parallelism a row-parallel base's output holds only this rank's rows,
+  // starting at this row of the batch; the adapter adds its part to those rows only.
+  int64_t row_begin = 0;
 
   // Returns whether `target` carries an adapter.
   bool adapted(LoraTarget target) const;

@@ -20,15 +20,19 @@ void mlp_block_forward(const BlockContext& ctx, const LayerWeights& w, LayerActi
   Backend& backend = *ctx.backend;
   backend.rmsnorm_forward(a.resid_mid, w.mlp_norm, a.mlp_norm_out, a.mlp_rstd,
                           ctx.config->norm_eps);
-  linear_forward(backend, a.mlp_norm_out, w.w_gate, a.gate);
-  linear_forward(backend, a.mlp_norm_out, w.w_up, a.up);
+  // Sequence parallelism: the norm ran on this rank's rows; gate and up take all of them.
+  const Tensor normed = ctx.gather_rows(a.mlp_norm_out, ctx.sp_gathered);
+  linear_forward(backend, normed, w.w_gate, a.gate);
+  linear_forward(backend, normed, w.w_up, a.up);
   if (lora) {
-    lora_forward(*lora, LoraTarget::gate_proj, a.mlp_norm_out, a.gate);
-    lora_forward(*lora, LoraTarget::up_proj, a.mlp_norm_out, a.up);
+    lora_forward(*lora, LoraTarget::gate_proj, normed, a.gate);
+    lora_forward(*lora, LoraTarget::up_proj, normed, a.up);
   }
   backend.swiglu_forward(a.gate, a.up, a.swiglu_out);
-  linear_forward(backend, a.swiglu_out, w.w_down, out);
-  ctx.tp_all_reduce(out);  // row-parallel down_proj: sum the FFN columns' partial outputs
+  // Row-parallel down_proj: sum the FFN columns' partial outputs.
+  const Tensor partial = ctx.row_parallel_output(out);
+  linear_forward(backend, a.swiglu_out, w.w_down, partial);
+  ctx.reduce_rows(partial, out);
   if (lora) lora_forward(*lora, LoraTarget::down_proj, a.swiglu_out, out);
   backend.add(out, a.resid_mid, out);
 }
@@ -38,26 +42,28 @@ void mlp_block_backward(const BlockContext& ctx, const LayerWeights& w, const La
                         const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   // down_proj: d_swiglu (N,F) = (+ adapter path), dWdown +=.
-  const Tensor d_out = as_compute_operand(backend, s.d_residual, s.d_residual_compute);
+  const Tensor d_out = as_compute_operand(backend, ctx.gather_rows(s.d_residual, ctx.sp_full),
+                                          s.d_residual_compute);
   linear_backward_input(backend, d_out, w.w_down, s.d_swiglu, false);
   weight_grad(backend, d_out, a.swiglu_out, g.w_down);
   if (lora) lora_backward(*lora, LoraTarget::down_proj, a.swiglu_out, d_out, s.d_swiglu);
   // swiglu: d_gate, d_up (N,F) =.
   backend.swiglu_backward(s.d_swiglu, a.gate, a.up, s.d_gate, s.d_up);
   // gate/up: d_norm_out (N,C) = d_gate Wgate + d_up Wup (+ adapters); dWgate, dWup +=.
+  const Tensor normed = ctx.gather_rows(a.mlp_norm_out, ctx.sp_gathered);
   linear_backward_input(backend, s.d_gate, w.w_gate, s.d_norm_out, false);
   linear_backward_input(backend, s.d_up, w.w_up, s.d_norm_out, true);
-  weight_grad(backend, s.d_gate, a.mlp_norm_out, g.w_gate);
-  weight_grad(backend, s.d_up, a.mlp_norm_out, g.w_up);
+  weight_grad(backend, s.d_gate, normed, g.w_gate);
+  weight_grad(backend, s.d_up, normed, g.w_up);
   if (lora) {
-    lora_backward(*lora, LoraTarget::gate_proj, a.mlp_norm_out, s.d_gate, s.d_norm_out);
-    lora_backward(*lora, LoraTarget::up_proj, a.mlp_norm_out, s.d_up, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::gate_proj, normed, s.d_gate, s.d_norm_out);
+    lora_backward(*lora, LoraTarget::up_proj, normed, s.d_up, s.d_norm_out);
   }
   // Column-parallel gate/up: each tp rank's FFN columns give a partial input gradient.
-  ctx.tp_all_reduce(s.d_norm_out);
+  const Tensor d_normed = ctx.reduce_rows(s.d_norm_out, ctx.sp_d_norm);
   // rmsnorm: d_residual += dL/dh through the norm (it already holds the residual path).
-  backend.rmsnorm_backward(s.d_norm_out, a.resid_mid, w.mlp_norm, a.mlp_rstd, s.d_residual,
-                           ctx.norm_grad(g.mlp_norm));
+  rmsnorm_backward_rows(ctx, d_normed, a.resid_mid, w.mlp_norm, a.mlp_rstd, s.d_residual,
+                        g.mlp_norm);
 }
 
 }  // namespace anvil

@@ -49,7 +49,8 @@ std::vector<TpRun> tp_runs(const Shape& full, int split_dim, int size, int rank)
   const int64_t rows = full[0], cols = full[1], width = shard[1];
   std::vector<TpRun> runs;
   runs.reserve(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) runs.push_back(TpRun{r * width, r * cols + rank * width, width});
+  for (int64_t r = 0; r < rows; ++r)
+    runs.push_back(TpRun{r * width, r * cols + rank * width, width});
   return runs;
 }
 

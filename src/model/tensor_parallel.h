@@ -25,13 +25,22 @@ class TensorParallelOps {
   virtual void all_reduce(const Tensor& t) = 0;
   // out (n * size) = every tp rank's in (n), in rank order.
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  // out (n) = the sum over tp ranks of slice [rank * n, (rank + 1) * n) of in (n * size),
+  // bitwise identical to all_reduce's sum of that slice.
+  virtual void reduce_scatter(const Tensor& in, const Tensor& out) = 0;
 };
 
 struct TensorParallel {
   int size = 1;
   int rank = 0;
   TensorParallelOps* ops = nullptr;  // required when size > 1; not owned
+  // Sequence parallelism: between the column- and row-parallel matmuls (the residual stream,
+  // the norms and their outputs) each tp rank holds only rows [rank * N/tp, (rank+1) * N/tp)
+  // of the N = batch x seq rows; an all-gather before q/k/v, gate/up and the head and a
+  // reduce-scatter after o_proj, down_proj and the embedding replace the all-reduces.
+  bool sequence_parallel = false;
   bool enabled() const { return size > 1; }
+  bool splits_sequence() const { return size > 1 && sequence_parallel; }
 };
 
 // Returns the config of one tp rank's shard: n_heads, n_kv_heads, ffn_dim and vocab_size

@@ -200,13 +200,13 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   ANVIL_CHECK(static_cast<int>(micro_batches.size()) == options_.micro_batches,
               "[parallel] a step takes {} micro-batches per rank, got {}", options_.micro_batches,
               micro_batches.size());
-  Communicator& world = mesh_->data();
+  Communicator& data = mesh_->data();
   // The loss is sum(token losses) / N over the global batch, so every micro-batch's
   // gradient is scaled by 1/N with N counted on every rank before any backward runs.
   int64_t local_tokens = 0;
   for (const Batch& batch : micro_batches) local_tokens += model_->count_loss_tokens(batch);
   StepReport report;
-  report.loss.count = all_ranks_sum(world, local_tokens);
+  report.loss.count = all_ranks_sum(data, local_tokens);
   ANVIL_CHECK(report.loss.count > 0, "[parallel] the global batch has no trained target tokens");
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(report.loss.count));
 
@@ -214,15 +214,15 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   std::vector<double> loss_sums(micro_batches.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     micro_step_ = static_cast<int>(m);
-    model_->set_dropout_micro_batch(static_cast<int64_t>(m) * world.size() + world.rank());
+    model_->set_dropout_micro_batch(static_cast<int64_t>(m) * data.size() + data.rank());
     begin_pass(Pass::train);
     loss_sums[m] = model_->forward_backward(micro_batches[m], grad_scale).sum;
     end_pass();
     finish_micro_step(m + 1 == micro_batches.size());
   }
   // Global micro-batch j = m * world + r: add the sums in that order, as one process would.
-  const std::vector<double> all_sums = all_gather_doubles(world, loss_sums);
-  const size_t ranks = static_cast<size_t>(world.size());
+  const std::vector<double> all_sums = all_gather_doubles(data, loss_sums);
+  const size_t ranks = static_cast<size_t>(data.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     for (size_t r = 0; r < ranks; ++r) report.loss.sum += all_sums[r * micro_batches.size() + m];
   }
@@ -305,13 +305,13 @@ void DataParallelEngine::publish_weights() {
 }
 
 LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(int64_t)>& batch_at) {
-  Communicator& world = mesh_->data();
-  const int ranks = world.size();
+  Communicator& data = mesh_->data();
+  const int ranks = data.size();
   const int64_t rounds = (count + ranks - 1) / ranks;
   std::vector<double> sums(static_cast<size_t>(rounds), 0.0);
   std::vector<int64_t> counts(static_cast<size_t>(rounds), 0);
   for (int64_t k = 0; k < rounds; ++k) {
-    const int64_t index = k * ranks + world.rank();
+    const int64_t index = k * ranks + data.rank();
     if (index < count) {
       begin_pass(Pass::eval);
       const LossSum loss = model_->forward_loss(batch_at(index));
@@ -322,8 +322,8 @@ LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(in
       run_gather_only_pass();  // the other ranks' passes gather weights from this one too
     }
   }
-  const std::vector<double> all_sums = all_gather_doubles(world, sums);
-  const std::vector<int64_t> all_counts = all_gather_int64s(world, counts);
+  const std::vector<double> all_sums = all_gather_doubles(data, sums);
+  const std::vector<int64_t> all_counts = all_gather_int64s(data, counts);
   LossSum total;
   for (int64_t k = 0; k < rounds; ++k) {
     for (int r = 0; r < ranks && k * ranks + r < count; ++r) {

@@ -142,7 +142,7 @@ void DataParallelEngine::start_running_sum_gather(int group) {
 
 void DataParallelEngine::reduce_gradient(int group) {
   Backend& backend = model_->backend();
-  Communicator& world = mesh_->data();
+  Communicator& data = mesh_->data();
   GroupStorage& st = storage_[static_cast<size_t>(group)];
   if (plan_.group(group).numel == 0) return;  // nothing trains here (LoRA's outer groups)
   if (stage_ <= 1) {
@@ -150,8 +150,8 @@ void DataParallelEngine::reduce_gradient(int group) {
     if (micro_step_ > 0 && st.grad_sum.data() != nullptr) {
       backend.add(st.grad_sum.as(DType::f32, grad.shape), grad, grad);
     }
-    if (world.size() > 1) {
-      all_reduces_.push_back(world.all_reduce_async(grad, ReduceOp::ordered_sum));
+    if (data.size() > 1) {
+      all_reduces_.push_back(data.all_reduce_async(grad, ReduceOp::ordered_sum));
     }
     return;
   }
@@ -162,12 +162,12 @@ void DataParallelEngine::reduce_gradient(int group) {
   if (micro_step_ > 0) {
     running_sum_gather_->wait();
     running_sum_gather_.reset();
-    if (world.rank() == 0) backend.add(running_sum_slot_.tensor(0, s.padded), full, full);
+    if (data.rank() == 0) backend.add(running_sum_slot_.tensor(0, s.padded), full, full);
   }
   PendingReduction pending;
   pending.group = group;
   pending.slot = slot;
-  pending.scatter = world.reduce_scatter_async(
+  pending.scatter = data.reduce_scatter_async(
       full,
       st.grad_shard.as(DType::f32, Shape{s.shard})
           .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice),

@@ -17,6 +17,9 @@ class CommunicatorTensorParallel final : public TensorParallelOps {
   explicit CommunicatorTensorParallel(Communicator& comm) : comm_(&comm) {}
   void all_reduce(const Tensor& t) override { comm_->all_reduce(t, ReduceOp::ordered_sum); }
   void all_gather(const Tensor& in, const Tensor& out) override { comm_->all_gather(in, out); }
+  void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    comm_->reduce_scatter(in, out, ReduceOp::ordered_sum);
+  }
 
  private:
   Communicator* comm_;
@@ -31,6 +34,10 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
               "[parallel] dp and fsdp must be >= 1 (or 0 for automatic), got dp = {}, fsdp = {}",
               settings.dp, settings.fsdp);
   ANVIL_CHECK(settings.tp >= 1, "[parallel] tp must be at least 1, got {}", settings.tp);
+  ANVIL_CHECK(!settings.sequence_parallel || settings.tp > 1,
+              "[parallel] sequence parallelism splits the sequence over the tp ranks; it needs "
+              "tp > 1, got {}",
+              settings.tp);
   ANVIL_CHECK(world_size % settings.tp == 0,
               "[parallel] tp = {} does not divide the {} ranks of the world", settings.tp,
               world_size);
@@ -99,6 +106,7 @@ TensorParallel DeviceMesh::tensor_parallel() const {
   tp.size = shape_.tp;
   tp.rank = tp_->rank();
   tp.ops = tp_ops_.get();
+  tp.sequence_parallel = settings_.sequence_parallel;
   return tp;
 }
 

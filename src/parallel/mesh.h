@@ -24,6 +24,7 @@ struct ParallelSettings {
   int dp = 0;
   int fsdp = 0;
   int tp = 1;
+  bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int zero_stage = 0;  // 0 replicate, 1 shard optimizer state, 2 + gradients, 3 + weights
   bool offload = false;
 };

@@ -80,6 +80,7 @@ struct ParallelConfigSection {
   int64_t dp = 0;
   int64_t fsdp = 0;
   int64_t tp = 1;
+  bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int64_t zero_stage = 0;
   bool offload = false;
   // Seconds a rank may wait inside one collective before the watchdog ends it (0: off).

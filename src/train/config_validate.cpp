@@ -95,6 +95,15 @@ void validate_rest(const TrainConfig& config) {
   check_non_negative(config.parallel.dp, "parallel.dp");
   check_non_negative(config.parallel.fsdp, "parallel.fsdp");
   check_positive(config.parallel.tp, "parallel.tp");
+  ANVIL_CHECK(!config.parallel.sequence_parallel || config.parallel.tp > 1,
+              "[config] parallel.sequence_parallel splits the sequence over the tp ranks; it "
+              "needs parallel.tp > 1, got tp = {}",
+              config.parallel.tp);
+  ANVIL_CHECK(!config.parallel.sequence_parallel ||
+                  (config.training.batch_size * config.training.seq_len) % config.parallel.tp == 0,
+              "[config] parallel.sequence_parallel: tp = {} must divide the batch_size x seq_len "
+              "= {} x {} positions of a micro-batch",
+              config.parallel.tp, config.training.batch_size, config.training.seq_len);
   ANVIL_CHECK(config.parallel.zero_stage >= 0 && config.parallel.zero_stage <= 3,
               "[config] parallel.zero_stage must be 0, 1, 2 or 3, got {}",
               config.parallel.zero_stage);

@@ -225,6 +225,7 @@ Trainer::Trainer(const TrainRunOptions& options)
   parallel.dp = static_cast<int>(config_.parallel.dp);
   parallel.fsdp = static_cast<int>(config_.parallel.fsdp);
   parallel.tp = static_cast<int>(config_.parallel.tp);
+  parallel.sequence_parallel = config_.parallel.sequence_parallel;
   parallel.zero_stage = static_cast<int>(config_.parallel.zero_stage);
   parallel.offload = config_.parallel.offload;
   mesh_ = std::make_unique<DeviceMesh>(world_, parallel);
@@ -595,8 +596,9 @@ TrainResult Trainer::run() {
   result.gflops_per_s = result.tokens_per_s * result.flops_per_token / 1e9;
   if (steady_steps > 0) {
     result.step_seconds = steady_seconds / static_cast<double>(steady_steps);
-    result.traffic_per_step = {steady_traffic.tp / steady_steps, steady_traffic.data / steady_steps,
-                               steady_traffic.dp / steady_steps, steady_traffic.fsdp / steady_steps};
+    result.traffic_per_step = {
+        steady_traffic.tp / steady_steps, steady_traffic.data / steady_steps,
+        steady_traffic.dp / steady_steps, steady_traffic.fsdp / steady_steps};
   }
   result.peak_rss_mb = peak_rss_mb();
   const int64_t device_bytes = backend_->peak_device_bytes();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -99,23 +100,23 @@ TEST(TensorParallelShards, ShardConfigDividesHeadsFfnAndVocabulary) {
 }
 
 TEST(TensorParallelShards, LayoutsMarkTheSplitOfEveryTensor) {
-  const auto layout = make_llama_layout(small_config(), true);
-  EXPECT_EQ(layout->params()[static_cast<size_t>(layout->index_of("model.embed_tokens.weight"))].split_dim, 0);
-  EXPECT_EQ(layout->params()[static_cast<size_t>(layout->index_of("model.layers.0.self_attn.q_proj.weight"))].split_dim, 0);
-  EXPECT_EQ(layout->params()[static_cast<size_t>(layout->index_of("model.layers.0.self_attn.o_proj.weight"))].split_dim, 1);
-  EXPECT_EQ(layout->params()[static_cast<size_t>(layout->index_of("model.layers.0.mlp.down_proj.weight"))].split_dim, 1);
-  EXPECT_EQ(layout->params()[static_cast<size_t>(layout->index_of("model.layers.0.input_layernorm.weight"))].split_dim, -1);
+  auto split_of = [](const ParameterLayout& layout, const std::string& name) {
+    return layout.params()[static_cast<size_t>(layout.index_of(name))].split_dim;
+  };
+  const auto base = make_llama_layout(small_config(), true);
+  EXPECT_EQ(split_of(*base, "model.embed_tokens.weight"), 0);
+  EXPECT_EQ(split_of(*base, "model.layers.0.self_attn.q_proj.weight"), 0);
+  EXPECT_EQ(split_of(*base, "model.layers.0.self_attn.o_proj.weight"), 1);
+  EXPECT_EQ(split_of(*base, "model.layers.0.mlp.down_proj.weight"), 1);
+  EXPECT_EQ(split_of(*base, "model.layers.0.input_layernorm.weight"), -1);
   LoraOptions lora;
   lora.r = 2;
   lora.targets = {"q_proj", "o_proj"};
   const auto adapters = make_lora_layout(small_config(), lora);
-  auto split = [&](const char* name) {
-    return adapters->params()[static_cast<size_t>(adapters->index_of(name))].split_dim;
-  };
-  EXPECT_EQ(split("model.layers.0.self_attn.q_proj.lora_A.weight"), -1);
-  EXPECT_EQ(split("model.layers.0.self_attn.q_proj.lora_B.weight"), 0);
-  EXPECT_EQ(split("model.layers.0.self_attn.o_proj.lora_A.weight"), 1);
-  EXPECT_EQ(split("model.layers.0.self_attn.o_proj.lora_B.weight"), -1);
+  EXPECT_EQ(split_of(*adapters, "model.layers.0.self_attn.q_proj.lora_A.weight"), -1);
+  EXPECT_EQ(split_of(*adapters, "model.layers.0.self_attn.q_proj.lora_B.weight"), 0);
+  EXPECT_EQ(split_of(*adapters, "model.layers.0.self_attn.o_proj.lora_A.weight"), 1);
+  EXPECT_EQ(split_of(*adapters, "model.layers.0.self_attn.o_proj.lora_B.weight"), -1);
 }
 
 void expect_refused(const LlamaConfig& config, int tp, const std::string& needle) {

@@ -54,6 +54,7 @@ struct RunSpec {
   // Tensor parallelism over tp ranks; the model then has 8 heads and 4 kv heads (head_dim 4)
   // so that tp 2 and tp 4 both divide them. A reference run sets wide_heads to match.
   int tp = 1;
+  bool sequence_parallel = false;
   bool wide_heads = false;
   bool activation_checkpointing = false;
 
@@ -79,6 +80,7 @@ class Harness {
     settings.fsdp = spec.fsdp;
     settings.zero_stage = spec.zero_stage;
     settings.tp = spec.tp;
+    settings.sequence_parallel = spec.sequence_parallel;
     mesh_ = std::make_unique<DeviceMesh>(comm, settings);
     ModelOptions options;
     options.max_batch = spec.micro_batch;

@@ -71,6 +71,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.dp",
                                              "parallel.fsdp",
                                              "parallel.tp",
+                                             "parallel.sequence_parallel",
                                              "parallel.zero_stage",
                                              "parallel.offload",
                                              "parallel.collective_timeout_s",

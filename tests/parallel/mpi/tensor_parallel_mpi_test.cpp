@@ -42,13 +42,15 @@ struct TpCase {
   bool tied = true;
   int lora_r = 0;
   bool checkpointing = false;
+  bool sp = false;  // sequence parallelism
 };
 
 std::string describe(const TpCase& c) {
   return "tp " + std::to_string(c.tp) + ", dp " + std::to_string(c.dp) + ", fsdp " +
          std::to_string(c.fsdp) + ", stage " + std::to_string(c.stage) + ", grad_accum " +
          std::to_string(c.grad_accum) + (c.tied ? ", tied" : ", untied") + ", lora r " +
-         std::to_string(c.lora_r) + (c.checkpointing ? ", checkpointing" : "");
+         std::to_string(c.lora_r) + (c.checkpointing ? ", checkpointing" : "") +
+         (c.sp ? ", sequence parallel" : "");
 }
 
 RunSpec spec_of(const TpCase& c) {
@@ -62,6 +64,7 @@ RunSpec spec_of(const TpCase& c) {
   spec.lora_r = c.lora_r;
   spec.lora_dropout = 0.0f;  // input-split adapters draw per-rank masks (docs/distributed.md)
   spec.activation_checkpointing = c.checkpointing;
+  spec.sequence_parallel = c.sp;
   // AdamW amplifies rounding differences: at the engine tests' lr 1e-2 (clip 0.5) a 4e-7
   // first-step gradient difference of the untied grad_accum 2 run grows to 1.2e-5 in the loss
   // by step 12, at 3e-3 it stays at 2e-7. The tests compare what tensor parallelism computes,
@@ -74,6 +77,7 @@ RunSpec spec_of(const TpCase& c) {
 RunSpec reference_of(const RunSpec& spec, int data_world) {
   RunSpec one = spec;
   one.tp = 1;
+  one.sequence_parallel = false;
   one.wide_heads = true;
   one.dp = 0;
   one.fsdp = 0;
@@ -92,9 +96,10 @@ double max_relative_difference(const std::vector<double>& got, const std::vector
 // Returns the largest over tensors of max |got - want| / max |want| (whole-model layout).
 double max_tensor_difference(const ParameterLayout& layout, const std::vector<float>& got,
                              const std::vector<float>& want, std::string& worst_name) {
-  std::vector<int64_t> group_start(static_cast<size_t>(layout.group_count()) + 1, 0);
+  // Harness::all_groups concatenates the groups: group g starts after groups 0..g-1.
+  std::vector<int64_t> group_start(1, 0);
   for (int g = 0; g < layout.group_count(); ++g)
-    group_start[static_cast<size_t>(g) + 1] = group_start[static_cast<size_t>(g)] + layout.group_numel(g);
+    group_start.push_back(group_start.back() + layout.group_numel(g));
   double worst = 0.0;
   for (const ParameterInfo& p : layout.params()) {
     const int64_t at = group_start[static_cast<size_t>(p.group)] + p.offset;
@@ -182,9 +187,45 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{2, 1, 2, 3}, TpCase{2, 1, 2, 2, 2, false},
                       TpCase{2, 2, 1, 0, 2, false}, TpCase{2, 2, 1, 1}));
 
+// Sequence parallelism: the same sums, reduce-scattered and all-gathered instead of all-reduced.
+INSTANTIATE_TEST_SUITE_P(
+    SequenceParallel, TensorParallelEqualsOneProcess,
+    ::testing::Values(TpCase{2, 0, 0, 0, 2, false, 0, false, true},
+                      TpCase{4, 0, 0, 3, 1, true, 0, true, true},
+                      TpCase{2, 1, 2, 3, 2, false, 0, true, true},
+                      TpCase{2, 0, 0, 0, 1, true, 4, false, true},
+                      TpCase{2, 2, 1, 1, 1, false, 4, true, true}));
+
 INSTANTIATE_TEST_SUITE_P(Lora, TensorParallelEqualsOneProcess,
                          ::testing::Values(TpCase{2, 0, 0, 0, 1, true, 4},
                                            TpCase{2, 1, 2, 3, 2, false, 4}));
+
+// Sequence parallelism keeps the residual stream, the norm outputs and their statistics for
+// this rank's rows only: the activation arena shrinks (the saved q/k/v, attention and FFN
+// activations are already split by heads and columns at any tp).
+TEST(SequenceParallel, ShrinksTheActivationArena) {
+  Communicator& world = anvil::world();
+  RunSpec spec;
+  spec.tp = world.size();
+  spec.micro_batch = 4;
+  const int64_t tp_only = Harness(world, spec).model().activation_bytes();
+  spec.sequence_parallel = true;
+  const int64_t with_sp = Harness(world, spec).model().activation_bytes();
+  auto single = make_single_process_communicator();
+  RunSpec one = spec;
+  one.tp = 1;
+  one.sequence_parallel = false;
+  one.wide_heads = true;
+  const int64_t alone = Harness(*single, one).model().activation_bytes();
+  EXPECT_LT(with_sp, tp_only);
+  EXPECT_LT(tp_only, alone);
+  if (world.rank() == 0) {
+    std::printf("[ measured ] activation arena per rank: one process %lld B, tp %d %lld B, "
+                "tp %d + sequence parallel %lld B\n",
+                static_cast<long long>(alone), spec.tp, static_cast<long long>(tp_only), spec.tp,
+                static_cast<long long>(with_sp));
+  }
+}
 
 // Returns a fresh folder every rank can reach (named after rank 0's pid).
 std::filesystem::path shared_dir(Communicator& world, const std::string& name) {
