@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_mask.h"
 #include "core/buffer.h"
 #include "core/tensor.h"
 
@@ -28,18 +29,35 @@ struct RopeParams {
   int original_max_position = 8192;
 };
 
+// The attention mask and geometry of one call. Positions are absolute: query row i sits at
+// position q_offset + i and key row s at k_offset + s, and every mask compares positions
+// (backend/attention_mask.h has the rule).
 struct AttentionParams {
   bool causal = true;
   // Sliding window: a query at t sees keys in (t - window, t]; 0 disables it.
   int window = 0;
-  // Optional (B, Tk) i32 document ids: queries attend only to keys of the same document.
+  // Sparse segment pattern (strided or lines; dense by default), its segment length in
+  // positions and the strided pattern's stride; and global sink keys [0, sinks).
+  SparsePattern pattern = SparsePattern::dense;
+  int segment = 0;
+  int stride = 0;
+  int sinks = 0;
+  // Optional (B, L) i32 document ids indexed by absolute position, L >= the last query and
+  // key positions + 1: queries attend only to keys of the same document.
   const Tensor* doc_ids = nullptr;
   // Score scale; 0 means 1/sqrt(head_dim).
   float scale = 0.0f;
-  // Absolute position of query row 0: query row i sits at position q_offset + i while key row
-  // s sits at position s, so k and v may hold Tk >= q_offset + Tq positions (a KV cache).
-  // Masks compare absolute positions; doc_ids then covers the Tk key positions.
+  // Absolute position of query row 0 (new queries after the cached keys when decoding).
   int q_offset = 0;
+  // Absolute position of key row 0: a block of keys from elsewhere in the sequence (context
+  // parallelism's ring passes such blocks). Keys outside [k_offset, k_offset + Tk) do not
+  // take part, whatever the mask says.
+  int k_offset = 0;
+
+  // Returns the position-level part of the mask.
+  MaskRule mask_rule() const {
+    return MaskRule{causal, window, pattern, segment, stride, sinks};
+  }
 };
 
 struct AdamWParams {
@@ -102,19 +120,27 @@ class Backend : public Allocator {
                              const RopeParams& params) = 0;
 
   // out (B, Tq, Hq, D) = softmax(q k^T * scale + mask) v with Hq a multiple of Hkv (GQA:
-  // query head h uses kv head h / (Hq / Hkv)); k, v (B, Tk, Hkv, D) with Tk >= q_offset + Tq
-  // (Tk == Tq in training; params.q_offset places new queries after cached keys when
-  // decoding); lse (B, Hq, Tq) f32 = logsumexp of the scores. A row with no visible key
-  // (possible only with a window/doc mask excluding itself; never with causal masking) gets
-  // out = 0 and lse = -inf.
+  // query head h uses kv head h / (Hq / Hkv)); k, v (B, Tk, Hkv, D) (Tk == Tq in training;
+  // params.q_offset places new queries after cached keys when decoding, params.k_offset places
+  // a block of keys); lse (B, Hq, Tq) f32 = logsumexp of the scores. A row with no visible key
+  // (a window/doc mask excluding itself, or a key block entirely hidden from it) gets out = 0
+  // and lse = -inf.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse,
                                  const AttentionParams& params) = 0;
-  // dq (B, Tq, Hq, D) =, dk and dv (B, Tk, Hkv, D) = (shapes and q_offset as in forward).
+  // dq (B, Tq, Hq, D) =, dk and dv (B, Tk, Hkv, D) = (shapes and offsets as in forward). out
+  // and lse may be the merged results of several key blocks (attention_merge): each block's
+  // backward then gives that block's share of dq and its own dk, dv.
   virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                   const AttentionParams& params) = 0;
+  // Folds the attention of the same queries over another block of keys into a running result:
+  // lse' = log(exp(lse) + exp(part_lse)), out = out exp(lse - lse') + part_out
+  // exp(part_lse - lse'), lse = lse'. out, part_out (B, Tq, Hq, D) f32 or bf16 of one dtype;
+  // lse, part_lse (B, Hq, Tq) f32. Rows where both lse are -inf keep out = 0, lse = -inf.
+  virtual void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                               const Tensor& part_lse) = 0;
 
   // out (N, F) = silu(gate) * up.
   virtual void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;

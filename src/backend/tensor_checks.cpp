@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -42,6 +43,28 @@ void check_op_tensor(const Tensor& t, DeviceType device, const char* backend, co
 void check_op_rank(const Tensor& t, const char* op, const char* what, int rank) {
   ANVIL_CHECK(t.shape.rank() == rank, "[{}] {} must have rank {}, got shape {}", op, what, rank,
               t.shape.str());
+}
+
+void check_attention_params(const char* op, const AttentionParams& params, int64_t B,
+                            int64_t Tq, int64_t Tk) {
+  ANVIL_CHECK(params.q_offset >= 0 && params.k_offset >= 0,
+              "[{}] q_offset and k_offset must be >= 0, got {} and {}", op, params.q_offset,
+              params.k_offset);
+  ANVIL_CHECK(params.window >= 0, "[{}] window must be >= 0, got {}", op, params.window);
+  ANVIL_CHECK(params.sinks >= 0, "[{}] sinks must be >= 0, got {}", op, params.sinks);
+  if (params.pattern != SparsePattern::dense)
+    ANVIL_CHECK(params.segment > 0, "[{}] a sparse pattern needs a segment length > 0, got {}",
+                op, params.segment);
+  if (params.pattern == SparsePattern::strided)
+    ANVIL_CHECK(params.stride > 0, "[{}] the strided pattern needs a stride > 0, got {}", op,
+                params.stride);
+  if (!params.doc_ids) return;
+  const Tensor& doc = *params.doc_ids;
+  const int64_t needed = std::max<int64_t>(params.q_offset + Tq, params.k_offset + Tk);
+  ANVIL_CHECK(doc.dtype == DType::i32 && doc.shape.rank() == 2 && doc.shape[0] == B &&
+                  doc.shape[1] >= needed,
+              "[{}] doc_ids must be i32 (B = {}, L >= {}) to cover every position, got {} {}",
+              op, B, needed, dtype_name(doc.dtype), doc.shape.str());
 }
 
 }  // namespace anvil

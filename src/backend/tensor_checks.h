@@ -5,6 +5,7 @@
 
 #include <initializer_list>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 
 namespace anvil {
@@ -18,5 +19,11 @@ void check_op_tensor(const Tensor& t, DeviceType device, const char* backend, co
                      const char* what, std::initializer_list<DType> dtypes, const Shape& shape);
 // Throws unless t has the given rank.
 void check_op_rank(const Tensor& t, const char* op, const char* what, int rank);
+// Throws unless the attention mask and offsets are consistent for a call with batch B, Tq
+// queries and Tk keys: offsets, window and sinks >= 0, a segment for sparse patterns and a
+// stride for strided, and doc_ids (when given) an i32 (B, L) tensor covering every query and
+// key position.
+void check_attention_params(const char* op, const AttentionParams& params, int64_t B,
+                            int64_t Tq, int64_t Tk);
 
 }  // namespace anvil

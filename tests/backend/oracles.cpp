@@ -100,6 +100,24 @@ Vec rope(const Vec& x, const Vec& positions, int64_t B, int64_t T, int64_t H, in
   return out;
 }
 
+bool attention_visible(const AttentionSpec& spec, int64_t b, int64_t t, int64_t s) {
+  if (spec.causal && s > t) return false;
+  if (spec.doc_ids) {
+    const int64_t len = spec.doc_len > 0 ? spec.doc_len : spec.key_rows();
+    if ((*spec.doc_ids)[b * len + t] != (*spec.doc_ids)[b * len + s]) return false;
+  }
+  if (s < spec.sinks) return true;
+  if (spec.window > 0 && std::abs(t - s) >= spec.window) return false;
+  if (spec.pattern == SparsePattern::dense) return true;
+  const int64_t distance = std::abs(t / spec.segment - s / spec.segment);
+  if (spec.pattern == SparsePattern::strided) return distance % spec.stride == 0;
+  // lines: the own segment and the segments 1, 2, 4, 8, ... away.
+  if (distance == 0) return true;
+  for (int64_t power = 1; power <= distance; power *= 2)
+    if (power == distance) return true;
+  return false;
+}
+
 void attention(const Vec& q, const Vec& k, const Vec& v, const AttentionSpec& s, Vec& out,
                Vec& lse) {
   const double scale = s.scale != 0.0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.D));
@@ -118,13 +136,8 @@ void attention(const Vec& q, const Vec& k, const Vec& v, const AttentionSpec& s,
       for (int64_t t = 0; t < s.T; ++t) {
         const int64_t position = s.q_offset + t;
         std::vector<int64_t> keys;
-        for (int64_t j = 0; j < Tk; ++j) {
-          const bool future = j > position;
-          const bool outside_window = s.window > 0 && std::abs(position - j) >= s.window;
-          const bool other_doc =
-              s.doc_ids && (*s.doc_ids)[b * Tk + position] != (*s.doc_ids)[b * Tk + j];
-          if (!(s.causal && future) && !outside_window && !other_doc) keys.push_back(j);
-        }
+        for (int64_t j = 0; j < Tk; ++j)
+          if (attention_visible(s, b, position, s.k_offset + j)) keys.push_back(j);
         const int64_t lse_at = (b * s.Hq + h) * s.T + t;
         if (keys.empty()) {
           lse[lse_at] = -std::numeric_limits<double>::infinity();

@@ -40,16 +40,26 @@ struct AttentionSpec {
   int64_t B = 1, T = 1, Hq = 1, Hkv = 1, D = 1;  // T: query rows
   bool causal = true;
   int window = 0;
-  const Vec* doc_ids = nullptr;  // (B, key rows) or null
+  const Vec* doc_ids = nullptr;  // (B, doc_len) by absolute position, or null
   double scale = 0.0;            // 0: 1/sqrt(D)
   int64_t Tk = 0;                // key rows; 0: T
   int64_t q_offset = 0;          // absolute position of query row 0
+  int64_t k_offset = 0;          // absolute position of key row 0
+  SparsePattern pattern = SparsePattern::dense;
+  int64_t segment = 0, stride = 0, sinks = 0;
+  int64_t doc_len = 0;  // doc_ids' row length; 0: key_rows()
 
   int64_t key_rows() const { return Tk > 0 ? Tk : T; }
 };
 
+// Returns whether the query at absolute position t of batch row b sees the key at position s,
+// decided from the masks' definitions one by one (not through backend/attention_mask.h): the
+// dense (B, T, Tk) mask the backends must reproduce.
+bool attention_visible(const AttentionSpec& spec, int64_t b, int64_t t, int64_t s);
+
 // Fills out (B, T, Hq, D) and lse (B, Hq, T) of masked softmax attention over k, v
-// (B, key_rows(), Hkv, D), query row t sitting at absolute position q_offset + t.
+// (B, key_rows(), Hkv, D), query row t sitting at absolute position q_offset + t and key row j
+// at k_offset + j.
 void attention(const Vec& q, const Vec& k, const Vec& v, const AttentionSpec& spec, Vec& out,
                Vec& lse);
 

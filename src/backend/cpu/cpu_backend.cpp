@@ -124,6 +124,12 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   cpu_ref::attention_backward(dout, q, k, v, out, lse, dq, dk, dv, params);
 }
 
+void CpuBackend::attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                                 const Tensor& part_lse) {
+  if (optimized_) return optimized_->attention_merge(out, lse, part_out, part_lse);
+  cpu_ref::attention_merge(out, lse, part_out, part_lse);
+}
+
 void CpuBackend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
   if (optimized_) return optimized_->swiglu_forward(gate, up, out);
   cpu_ref::swiglu_forward(gate, up, out);

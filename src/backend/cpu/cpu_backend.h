@@ -55,6 +55,8 @@ class CpuBackend final : public Backend {
                           const Tensor& out, const Tensor& lse, const Tensor& dq,
                           const Tensor& dk, const Tensor& dv,
                           const AttentionParams& params) override;
+  void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                       const Tensor& part_lse) override;
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                        const Tensor& dgate, const Tensor& dup) override;

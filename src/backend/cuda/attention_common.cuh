@@ -3,7 +3,8 @@
 // chosen at run time (one uniform branch per element; it keeps one instantiation per head-dim
 // path instead of one per dtype combination, which keeps the CI build short), the mask test,
 // the key/query ranges a tile can see, and the host-side argument checks. Positions are
-// absolute (query row t sits at q_offset + t), as in Backend::attention_forward.
+// absolute (query row t sits at q_offset + t, key row s at k_offset + s), as in
+// Backend::attention_forward.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,10 +34,11 @@ struct DeviceFloats {
 struct Geometry {
   int B = 0, Tq = 0, Tk = 0, Hq = 0, Hkv = 0, D = 0;
   int group = 1;  // query heads per kv head
-  int q_offset = 0;
-  int window = 0;
-  bool causal = true;
-  const int32_t* doc_ids = nullptr;  // (B, Tk) on the device, or null
+  int q_offset = 0;  // absolute position of query row 0
+  int k_offset = 0;  // absolute position of key row 0
+  MaskRule rule;
+  const int32_t* doc_ids = nullptr;  // (B, doc_len) by absolute position on the device, or null
+  int doc_len = 0;
   float scale = 1.0f;
 };
 
@@ -74,14 +76,14 @@ __device__ void load_tile(float* tile, DeviceFloats src, int b, int row0, int ro
   }
 }
 
-// Returns whether the query at absolute position pos of batch row b may attend to key s
-// (the same rule as the CPU reference).
+// Returns whether the query at absolute position pos of batch row b may attend to key row s
+// (the same rule as the CPU reference: backend/attention_mask.h, then the documents).
 __device__ __forceinline__ bool key_visible(const Geometry& g, int b, int pos, int s) {
-  if (g.causal && s > pos) return false;
-  if (g.window > 0 && (pos - s >= g.window || s - pos >= g.window)) return false;
+  const int key_pos = g.k_offset + s;
+  if (!position_visible(g.rule, pos, key_pos)) return false;
   if (g.doc_ids != nullptr) {
-    const int32_t* doc = g.doc_ids + static_cast<int64_t>(b) * g.Tk;
-    if (doc[pos] != doc[s]) return false;
+    const int32_t* doc = g.doc_ids + static_cast<int64_t>(b) * g.doc_len;
+    if (doc[pos] != doc[key_pos]) return false;
   }
   return true;
 }
@@ -99,33 +101,39 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Half-open ranges [begin, end): of keys visible to queries at positions [first, last], and of
-// query rows that can see keys [first, last]. Causal and window masks only; the document
-// mask is applied per element.
+// Half-open ranges [begin, end): of key rows visible to queries at positions [first, last],
+// and of query rows that can see key rows [first, last]. Causal and window masks only (the
+// window only without sinks); the sparse pattern and the documents are applied per element.
 struct Range {
   int begin;
   int end;
 };
 
 __host__ __device__ inline Range keys_seen_by(const Geometry& g, int first_pos, int last_pos) {
-  Range r{0, g.Tk};
-  if (g.causal && last_pos + 1 < r.end) r.end = last_pos + 1;
-  if (g.window > 0) {
-    const int lowest = first_pos - g.window + 1;
-    if (lowest > r.begin) r.begin = lowest;
-    if (!g.causal && last_pos + g.window < r.end) r.end = last_pos + g.window;
+  int begin = g.k_offset, end = g.k_offset + g.Tk;  // positions
+  if (g.rule.causal && last_pos + 1 < end) end = last_pos + 1;
+  if (g.rule.window > 0 && g.rule.sinks == 0) {
+    const int lowest = first_pos - g.rule.window + 1;
+    if (lowest > begin) begin = lowest;
+    if (!g.rule.causal && last_pos + g.rule.window < end) end = last_pos + g.rule.window;
   }
-  return r;
+  begin -= g.k_offset;
+  end -= g.k_offset;
+  return Range{begin, end > begin ? end : begin};
 }
 
 __host__ __device__ inline Range query_rows_seeing(const Geometry& g, int first_key,
                                                    int last_key) {
+  first_key += g.k_offset;
+  last_key += g.k_offset;
   int pos_begin = g.q_offset, pos_end = g.q_offset + g.Tq;
-  if (g.causal && first_key > pos_begin) pos_begin = first_key;
-  if (g.window > 0) {
-    if (last_key + g.window < pos_end) pos_end = last_key + g.window;
-    if (!g.causal && first_key - g.window + 1 > pos_begin) pos_begin = first_key - g.window + 1;
+  if (g.rule.causal && first_key > pos_begin) pos_begin = first_key;
+  if (g.rule.window > 0 && first_key >= g.rule.sinks) {
+    if (last_key + g.rule.window < pos_end) pos_end = last_key + g.rule.window;
+    if (!g.rule.causal && first_key - g.rule.window + 1 > pos_begin)
+      pos_begin = first_key - g.rule.window + 1;
   }
+  if (pos_end < pos_begin) pos_end = pos_begin;
   return Range{pos_begin - g.q_offset, pos_end - g.q_offset};
 }
 

@@ -11,6 +11,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/tensor_checks.h"
 #include "core/error.h"
 
 namespace anvil::cuda_attention {
@@ -154,11 +155,7 @@ Geometry check_attention_args(const char* op, const Tensor& q, const Tensor& k, 
               op, kMaxHeadDim, D);
   ANVIL_CHECK(Hkv > 0 && Hq % Hkv == 0,
               "[{}] query heads ({}) must be a multiple of kv heads ({})", op, Hq, Hkv);
-  ANVIL_CHECK(params.q_offset >= 0, "[{}] q_offset must be >= 0, got {}", op, params.q_offset);
-  ANVIL_CHECK(Tk >= params.q_offset + Tq,
-              "[{}] k holds {} positions but the queries reach position {} (q_offset {} + {} "
-              "queries)", op, Tk, params.q_offset + Tq, params.q_offset, Tq);
-  ANVIL_CHECK(params.window >= 0, "[{}] window must be >= 0, got {}", op, params.window);
+  check_attention_params(op, params, B, Tq, Tk);
   const Shape kv_shape{B, Tk, Hkv, D};
   device_floats(q, op, "q", q.shape);
   device_floats(k, op, "k", kv_shape);
@@ -176,16 +173,14 @@ Geometry check_attention_args(const char* op, const Tensor& q, const Tensor& k, 
   g.D = static_cast<int>(D);
   g.group = static_cast<int>(Hq / Hkv);
   g.q_offset = params.q_offset;
-  g.window = params.window;
-  g.causal = params.causal;
+  g.k_offset = params.k_offset;
+  g.rule = params.mask_rule();
   if (params.doc_ids != nullptr) {
     const Tensor& doc = *params.doc_ids;
-    ANVIL_CHECK(doc.dtype == DType::i32 && doc.shape == (Shape{B, Tk}),
-                "[{}] doc_ids must be i32 of shape {}, got {} {}", op, Shape{B, Tk}.str(),
-                dtype_name(doc.dtype), doc.shape.str());
     ANVIL_CHECK(doc.device.type == DeviceType::cuda,
                 "[{}] doc_ids must be in device memory (copy them to the backend first)", op);
     g.doc_ids = static_cast<const int32_t*>(doc.data);
+    g.doc_len = static_cast<int>(doc.shape[1]);
   }
   g.scale = params.scale != 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(D));
   return g;

@@ -66,6 +66,12 @@ void launch_swiglu_forward(ConstArray gate, ConstArray up, MutableArray out, int
 void launch_swiglu_backward(ConstArray dout, ConstArray gate, ConstArray up, MutableArray dgate,
                             MutableArray dup, int64_t n, cudaStream_t stream);
 
+// Folds part_out/part_lse into out/lse (Backend::attention_merge); out (B, Tq, Hq, D), lse
+// (B, Hq, Tq).
+void launch_attention_merge(MutableArray out, float* lse, ConstArray part_out,
+                            const float* part_lse, int64_t B, int64_t Tq, int64_t Hq, int64_t D,
+                            cudaStream_t stream);
+
 // out = a + b; x *= alpha; y += alpha * x; dst = src (all over n elements, aliasing allowed).
 void launch_add(ConstArray a, ConstArray b, MutableArray out, int64_t n, cudaStream_t stream);
 void launch_scale(MutableArray x, float alpha, int64_t n, cudaStream_t stream);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/attention_mask.h"
 #include "core/dtype.h"
 
 namespace anvil::cpu_opt {
@@ -90,11 +91,12 @@ struct AttentionArgs {
   const void* dout;
   void *dq, *dk, *dv;
   DType q_dtype, k_dtype, v_dtype, out_dtype, dout_dtype, dq_dtype, dk_dtype, dv_dtype;
-  const int32_t* doc_ids;  // (B, Tk) or null
+  const int32_t* doc_ids;  // (B, doc_len) by absolute position, or null
+  int64_t doc_len;
   int64_t B, Tq, Tk, Hq, Hkv, D;
-  int64_t q_offset;
-  bool causal;
-  int64_t window;
+  int64_t q_offset;  // absolute position of query row 0
+  int64_t k_offset;  // absolute position of key row 0
+  MaskRule rule;
   float scale;
 };
 

@@ -8,11 +8,13 @@
 // run instead of the f32 ones.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 
 #include "backend/cpu/optimized/optimized_ops.h"
 #include "backend/cpu/reference/tensor_io.h"
+#include "backend/tensor_checks.h"
 #include "core/error.h"
 
 namespace anvil::cpu_opt {
@@ -38,18 +40,13 @@ AttentionArgs check_attention_args(const char* op, const Tensor& q, const Tensor
   a.D = q.shape[3];
   ANVIL_CHECK(a.Hkv > 0 && a.Hq % a.Hkv == 0,
               "[{}] query heads ({}) must be a multiple of kv heads ({})", op, a.Hq, a.Hkv);
-  ANVIL_CHECK(params.q_offset >= 0, "[{}] q_offset must be >= 0, got {}", op, params.q_offset);
-  ANVIL_CHECK(a.Tk >= params.q_offset + a.Tq,
-              "[{}] k holds {} positions but the queries reach position {} (q_offset {} + {} "
-              "queries)", op, a.Tk, params.q_offset + a.Tq, params.q_offset, a.Tq);
   const Shape kv_shape{a.B, a.Tk, a.Hkv, a.D};
   check_tensor(k, op, "k", kActivationDtypes, kv_shape);
   check_tensor(v, op, "v", kActivationDtypes, kv_shape);
   check_tensor(out, op, "out", kActivationDtypes, q.shape);
   check_tensor(lse, op, "lse", {DType::f32}, Shape{a.B, a.Hq, a.Tq});
-  ANVIL_CHECK(params.window >= 0, "[{}] window must be >= 0, got {}", op, params.window);
-  if (params.doc_ids)
-    check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32}, Shape{a.B, a.Tk});
+  if (params.doc_ids) check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32});
+  check_attention_params(op, params, a.B, a.Tq, a.Tk);
   a.q = q.data;
   a.k = k.data;
   a.v = v.data;
@@ -60,9 +57,10 @@ AttentionArgs check_attention_args(const char* op, const Tensor& q, const Tensor
   a.v_dtype = v.dtype;
   a.out_dtype = out.dtype;
   a.doc_ids = params.doc_ids ? params.doc_ids->i32() : nullptr;
+  a.doc_len = params.doc_ids ? params.doc_ids->shape[1] : 0;
   a.q_offset = params.q_offset;
-  a.causal = params.causal;
-  a.window = params.window;
+  a.k_offset = params.k_offset;
+  a.rule = params.mask_rule();
   a.scale = params.scale != 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(a.D));
   return a;
 }
@@ -140,6 +138,38 @@ void OptimizedOps::attention_backward(const Tensor& dout, const Tensor& q, const
 #pragma omp parallel for schedule(static, 1) if (tasks > 1)
   for (int64_t task = 0; task < tasks; ++task)
     run(a, task, base + per_thread * omp_get_thread_num());
+}
+
+void OptimizedOps::attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                                   const Tensor& part_lse) {
+  const char* op = "attention_merge";
+  check_tensor(out, op, "out", kActivationDtypes);
+  check_rank(out, op, "out", 4);
+  check_tensor(part_out, op, "part_out", {out.dtype}, out.shape);
+  const int64_t B = out.shape[0], Tq = out.shape[1], Hq = out.shape[2], D = out.shape[3];
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{B, Hq, Tq});
+  check_tensor(part_lse, op, "part_lse", {DType::f32}, Shape{B, Hq, Tq});
+  const float neg_inf = -__builtin_inff();
+  // One task per (b, t) row of heads; the merge is memory-bound, so plain loops suffice.
+#pragma omp parallel for schedule(static) if (B * Tq > 64)
+  for (int64_t bt = 0; bt < B * Tq; ++bt) {
+    const int64_t b = bt / Tq, t = bt % Tq;
+    for (int64_t h = 0; h < Hq; ++h) {
+      float& row_lse = lse.f32()[(b * Hq + h) * Tq + t];
+      const float other = part_lse.f32()[(b * Hq + h) * Tq + t];
+      if (other == neg_inf) continue;
+      const float merged = row_lse == neg_inf ? other
+                                              : std::max(row_lse, other) +
+                                                    std::log1p(std::exp(-std::abs(row_lse - other)));
+      const float keep = row_lse == neg_inf ? 0.0f : std::exp(row_lse - merged);
+      const float take = std::exp(other - merged);
+      const size_t at = static_cast<size_t>(((b * Tq + t) * Hq + h) * D) * dtype_size(out.dtype);
+      void* row = static_cast<char*>(out.data) + at;
+      kernels_.scale(row, out.dtype, keep, D);
+      kernels_.axpy(take, static_cast<const char*>(part_out.data) + at, out.dtype, row, out.dtype, D);
+      row_lse = merged;
+    }
+  }
 }
 
 }  // namespace anvil::cpu_opt

@@ -51,6 +51,8 @@ class OptimizedOps {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const Tensor& dq,
                           const Tensor& dk, const Tensor& dv, const AttentionParams& params);
+  void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                       const Tensor& part_lse);
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out);
   void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                        const Tensor& dgate, const Tensor& dup);

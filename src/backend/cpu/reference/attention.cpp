@@ -1,7 +1,8 @@
-// Reference scaled-dot-product attention (causal, GQA, sliding window, document mask) and its
-// flash-attention style backward. Layout (backend.h): q, out (B, Tq, Hq, D); k, v (B, Tk, Hkv,
-// D) with Tk >= q_offset + Tq; lse (B, Hq, Tq) f32. Query row t sits at absolute position
-// q_offset + t, key row s at s. Query head h reads kv head h / (Hq / Hkv). Each score is an f32
+// Reference scaled-dot-product attention (GQA; causal, window, document, strided, lines and
+// sink masks) and its flash-attention style backward, plus the merge of two key blocks'
+// results. Layout (backend.h): q, out (B, Tq, Hq, D); k, v (B, Tk, Hkv, D); lse (B, Hq, Tq)
+// f32. Query row t sits at absolute position q_offset + t, key row s at k_offset + s, and the
+// mask is evaluated pair by pair from its definition (backend/attention_mask.h). Query head h reads kv head h / (Hq / Hkv). Each score is an f32
 // value (double dot product times the scale); softmax sums and output sums run in double. A
 // query with no visible key gets out = 0 and lse = -inf, and contributes no gradient.
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "backend/cpu/reference/reference_ops.h"
 #include "backend/cpu/reference/tensor_io.h"
+#include "backend/tensor_checks.h"
 #include "core/error.h"
 
 namespace anvil::cpu_ref {
@@ -33,28 +35,23 @@ AttentionDims check_attention_args(const char* op, const Tensor& q, const Tensor
   ANVIL_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0,
               "[{}] query heads ({}) must be a multiple of kv heads ({})", op, d.Hq, d.Hkv);
   d.group = d.Hq / d.Hkv;
-  ANVIL_CHECK(params.q_offset >= 0, "[{}] q_offset must be >= 0, got {}", op, params.q_offset);
-  ANVIL_CHECK(d.Tk >= params.q_offset + d.Tq,
-              "[{}] k holds {} positions but the queries reach position {} (q_offset {} + {} "
-              "queries)", op, d.Tk, params.q_offset + d.Tq, params.q_offset, d.Tq);
   const Shape kv_shape{d.B, d.Tk, d.Hkv, d.D};
   check_tensor(k, op, "k", kActivationDtypes, kv_shape);
   check_tensor(v, op, "v", kActivationDtypes, kv_shape);
   check_tensor(out, op, "out", kActivationDtypes, q.shape);
   check_tensor(lse, op, "lse", {DType::f32}, Shape{d.B, d.Hq, d.Tq});
-  ANVIL_CHECK(params.window >= 0, "[{}] window must be >= 0, got {}", op, params.window);
-  if (params.doc_ids)
-    check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32}, Shape{d.B, d.Tk});
+  if (params.doc_ids) check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32});
+  check_attention_params(op, params, d.B, d.Tq, d.Tk);
   if (d.scale == 0.0f) d.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   return d;
 }
 
-// Returns whether the query at absolute position t of batch row b may attend to key s.
-bool visible(const AttentionParams& params, int64_t b, int64_t Tk, int64_t t, int64_t s) {
-  if (params.causal && s > t) return false;
-  if (params.window > 0 && (t - s >= params.window || s - t >= params.window)) return false;
+// Returns whether the query at absolute position t of batch row b may attend to the key at
+// absolute position s: the mask rule by definition, then the documents.
+bool visible(const AttentionParams& params, int64_t b, int64_t t, int64_t s) {
+  if (!position_visible(params.mask_rule(), t, s)) return false;
   if (params.doc_ids) {
-    const int32_t* doc = params.doc_ids->i32() + b * Tk;
+    const int32_t* doc = params.doc_ids->i32() + b * params.doc_ids->shape[1];
     if (doc[t] != doc[s]) return false;
   }
   return true;
@@ -102,7 +99,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       const int64_t position = params.q_offset + t;
       float row_max = neg_inf;
       for (int64_t s = 0; s < d.Tk; ++s) {
-        scores[s] = visible(params, b, d.Tk, position, s)
+        scores[s] = visible(params, b, position, params.k_offset + s)
                         ? score(&qh[t * d.D], &kh[s * d.D], d.D, d.scale)
                         : neg_inf;
         row_max = std::max(row_max, scores[s]);
@@ -156,7 +153,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
         for (int64_t i = 0; i < d.D; ++i)
           delta += static_cast<double>(doh[t * d.D + i]) * oh[t * d.D + i];
         for (int64_t s = 0; s < d.Tk; ++s) {
-          if (!visible(params, b, d.Tk, params.q_offset + t, s)) continue;
+          if (!visible(params, b, params.q_offset + t, params.k_offset + s)) continue;
           const float p = std::exp(score(&qh[t * d.D], &kh[s * d.D], d.D, d.scale) - row_lse);
           double dp = 0.0;
           for (int64_t i = 0; i < d.D; ++i)
@@ -174,6 +171,38 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     write_head(dk, b, kvh, dkh);
     write_head(dv, b, kvh, dvh);
   }
+}
+
+void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                     const Tensor& part_lse) {
+  const char* op = "attention_merge";
+  check_tensor(out, op, "out", kActivationDtypes);
+  check_rank(out, op, "out", 4);
+  check_tensor(part_out, op, "part_out", {out.dtype}, out.shape);
+  const int64_t B = out.shape[0], Tq = out.shape[1], Hq = out.shape[2], D = out.shape[3];
+  check_tensor(lse, op, "lse", {DType::f32}, Shape{B, Hq, Tq});
+  check_tensor(part_lse, op, "part_lse", {DType::f32}, Shape{B, Hq, Tq});
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t t = 0; t < Tq; ++t) {
+        float& row_lse = lse.f32()[(b * Hq + h) * Tq + t];
+        const float other = part_lse.f32()[(b * Hq + h) * Tq + t];
+        if (other == neg_inf) continue;  // the block saw nothing: out and lse stay
+        const double merged =
+            row_lse == neg_inf
+                ? other
+                : std::max<double>(row_lse, other) +
+                      std::log1p(std::exp(-std::abs(static_cast<double>(row_lse) - other)));
+        const double keep = row_lse == neg_inf ? 0.0 : std::exp(row_lse - merged);
+        const double take = std::exp(other - merged);
+        for (int64_t i = 0; i < D; ++i) {
+          const int64_t at = ((b * Tq + t) * Hq + h) * D + i;
+          store_float(out, at, static_cast<float>(keep * load_float(out, at) +
+                                                  take * load_float(part_out, at)));
+        }
+        row_lse = static_cast<float>(merged);
+      }
 }
 
 }  // namespace anvil::cpu_ref

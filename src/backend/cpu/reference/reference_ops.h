@@ -50,10 +50,10 @@ void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
 void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
                    const RopeParams& params);
 
-// Key s is visible from the query at absolute position t (query row t - q_offset) when:
-// s <= t (causal); t - s < window (window > 0; without causal masking the window is
-// symmetric, |t - s| < window); doc_ids[t] == doc_ids[s] (doc mask). Scores and softmax are
-// f32 values with double sums; lse is f32.
+// The key at absolute position s (key row s - k_offset) is visible from the query at t (query
+// row t - q_offset) when position_visible(params.mask_rule(), t, s) holds (causal, window,
+// strided/lines segments, sinks: backend/attention_mask.h) and doc_ids[t] == doc_ids[s] (doc
+// mask). Scores and softmax are f32 values with double sums; lse is f32.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttentionParams& params);
 // Flash-attention backward from the saved lse: P = exp(S - lse), D_t = dout_t . out_t,
@@ -61,6 +61,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionParams& params);
+// Folds part_out/part_lse (another key block's attention of the same queries) into out/lse.
+void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                     const Tensor& part_lse);
 
 // out = silu(gate) * up with silu(g) = g / (1 + exp(-g)).
 void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out);
