@@ -33,6 +33,7 @@ ModelSource lora_checkpoint_source(const RunCheckpoint& checkpoint) {
   source.config = read_hf_config(base);
   if (has_tokenizer_file(base)) source.tokenizer = base;
   source.adapter = checkpoint.dir;
+  source.attention = attention_schedule_from(checkpoint.config.attention);
   return source;
 }
 
@@ -41,6 +42,7 @@ ModelSource checkpoint_source(const RunCheckpoint& checkpoint) {
   ModelSource source;
   source.kind = ModelSource::Kind::anvil_checkpoint;
   source.dir = checkpoint.dir;
+  source.attention = attention_schedule_from(checkpoint.config.attention);
   const LlamaConfig llama = llama_config_from(checkpoint.config.model);
   try {
     source.config = hf_config_from_llama(llama);
@@ -103,7 +105,9 @@ SafetensorsCollection open_model_tensors(const ModelSource& source) {
 }
 
 std::unique_ptr<LlamaModel> load_source_model(const ModelSource& source, Backend& backend,
-                                              const ModelOptions& options) {
+                                              const ModelOptions& requested) {
+  ModelOptions options = requested;
+  options.attention = source.attention;
   if (source.adapter) {
     ModelOptions adapted = options;
     adapted.lora = read_peft_adapter_config(*source.adapter).lora;

@@ -27,6 +27,9 @@ struct ModelSource {
   // A PEFT adapter folder applied on top of the weights (a LoRA run's checkpoint resolves to
   // its base directory plus this; `anvil generate --adapter` sets it too).
   std::optional<std::filesystem::path> adapter;
+  // The attention masks the model was trained with (a run's [attention] section; dense for a
+  // Hugging Face directory, whose config.json has no such setting).
+  AttentionSchedule attention;
 
   // Returns e.g. "Hugging Face directory m/ (LlamaForCausalLM)" for messages.
   std::string describe() const;
@@ -41,6 +44,7 @@ SafetensorsCollection open_model_tensors(const ModelSource& source);
 
 // Builds the model and loads its weights (checked as in check_hf_tensors), then the adapter
 // when the source has one (options.lora is taken from the adapter's adapter_config.json).
+// options.attention is replaced by the source's.
 std::unique_ptr<LlamaModel> load_source_model(const ModelSource& source, Backend& backend,
                                               const ModelOptions& options);
 

@@ -1,6 +1,6 @@
 // Attention half of a Llama layer: rmsnorm, q/k/v projections (+ Qwen2 bias, + LoRA),
-// rotate-half RoPE, GQA causal attention (optional document mask), o projection and the
-// residual add. Adapters add to a projection's output before rope and the residual add, as
+// rotate-half RoPE, GQA causal attention (the layer's window/sparse mask, optional document
+// mask), o projection and the residual add. Adapters add to a projection's output before rope and the residual add, as
 // PEFT's lora.Linear wraps the whole base projection.
 #include "model/attention_block.h"
 
@@ -52,15 +52,15 @@ void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, co
   backend.add(a.resid_mid, x, a.resid_mid);
 }
 
-void attention_block_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                             LayerActivations& a, const LoraLayerStep* lora) {
+void attention_block_forward(const BlockContext& ctx, int layer, const LayerWeights& w,
+                             const Tensor& x, LayerActivations& a, const LoraLayerStep* lora) {
   attention_qkv_forward(ctx, w, x, a, lora);
-  ctx.backend->attention_forward(a.q, a.k, a.v, a.attn_out, a.attn_lse, ctx.attention());
+  ctx.backend->attention_forward(a.q, a.k, a.v, a.attn_out, a.attn_lse, ctx.attention(layer));
   attention_output_forward(ctx, w, x, a, lora);
 }
 
-void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
-                              const Tensor& x, const LayerActivations& a,
+void attention_block_backward(const BlockContext& ctx, int layer, const LayerWeights& w,
+                              const LayerWeights& g, const Tensor& x, const LayerActivations& a,
                               const BackwardScratch& s, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   // o_proj: d_attn_out (B,T,Hq,D) =, dWo +=; the adapter adds its path to d_attn_out.
@@ -71,7 +71,7 @@ void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, co
   if (lora) lora_backward(*lora, LoraTarget::o_proj, a.attn_out, d_resid_mid, s.d_attn_out);
   // attention: dq, dk, dv =; then undo the rotation in place.
   backend.attention_backward(s.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, s.dq, s.dk, s.dv,
-                             ctx.attention());
+                             ctx.attention(layer));
   backend.rope_backward(s.dq, s.dq, ctx.positions, ctx.rope);
   backend.rope_backward(s.dk, s.dk, ctx.positions, ctx.rope);
   if (ctx.config->attention_bias && g.bq.defined()) {

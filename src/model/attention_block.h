@@ -23,14 +23,16 @@ void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const
 // Computes a.resid_mid (N, C) = x + a.attn_out @ Wo^T.
 void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
                               LayerActivations& a, const LoraLayerStep* lora = nullptr);
-// Runs the whole attention half: qkv, causal attention into a.attn_out/a.attn_lse, output.
-void attention_block_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
-                             LayerActivations& a, const LoraLayerStep* lora = nullptr);
+// Runs the whole attention half of layer `layer`: qkv, attention with the layer's mask
+// (ctx.attention(layer)) into a.attn_out/a.attn_lse, output.
+void attention_block_forward(const BlockContext& ctx, int layer, const LayerWeights& w,
+                             const Tensor& x, LayerActivations& a,
+                             const LoraLayerStep* lora = nullptr);
 // Backward of attention_block_forward. On entry s.d_residual (N, C) holds dL/d resid_mid; on
 // exit it holds dL/dx (the residual path plus the norm path, +=). Parameter grads g +=.
 // Uses s.d_attn_out, s.dq, s.dk, s.dv and s.d_norm_out as scratch (=).
-void attention_block_backward(const BlockContext& ctx, const LayerWeights& w, const LayerWeights& g,
-                              const Tensor& x, const LayerActivations& a, const BackwardScratch& s,
-                              const LoraLayerStep* lora = nullptr);
+void attention_block_backward(const BlockContext& ctx, int layer, const LayerWeights& w,
+                              const LayerWeights& g, const Tensor& x, const LayerActivations& a,
+                              const BackwardScratch& s, const LoraLayerStep* lora = nullptr);
 
 }  // namespace anvil

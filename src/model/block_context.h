@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/activations.h"
+#include "model/attention_schedule.h"
 #include "model/llama_config.h"
 #include "model/tensor_parallel.h"
 
@@ -20,6 +21,7 @@ struct BlockContext {
   StepDims dims;
   Tensor positions;  // (B, T) i32 absolute positions of the rows
   Tensor doc_ids;    // (B, T) i32, or undefined for plain causal attention
+  AttentionSchedule attention_schedule;  // each layer's window, sparse pattern and sinks
   Tensor ones;       // (N, 1) f32 ones when the config has attention bias
   RopeParams rope;
   // (C) f32 sink for the weight gradient of a frozen norm (LoRA): rmsnorm_backward always
@@ -77,11 +79,13 @@ struct BlockContext {
   // Returns g when the weight is trained, otherwise the sink (frozen norm weights).
   const Tensor& norm_grad(const Tensor& g) const { return g.defined() ? g : norm_grad_sink; }
 
-  // Returns the attention op settings of this step (causal, doc mask when doc_ids defined).
-  AttentionParams attention() const {
+  // Returns layer `layer`'s attention op settings in this step: causal, the schedule's mask,
+  // the document mask when doc_ids is defined.
+  AttentionParams attention(int layer) const {
     AttentionParams params;
     params.causal = true;
     params.doc_ids = doc_ids.defined() ? &doc_ids : nullptr;
+    attention_schedule.apply(layer, params);
     return params;
   }
 };

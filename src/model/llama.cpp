@@ -235,6 +235,7 @@ BlockContext LlamaModel::make_context(StepDims dims) const {
   ctx.dims = dims;
   ctx.positions = acts_.positions.flat(0, dims.rows()).view(Shape{dims.batch, dims.seq});
   ctx.doc_ids = doc_ids_view_;
+  ctx.attention_schedule = options_.attention;
   ctx.ones = acts_.ones;
   ctx.rope = config_.rope_params();
   ctx.norm_grad_sink = norm_grad_sink_;
@@ -265,7 +266,7 @@ void LlamaModel::layer_forward(const BlockContext& ctx, int layer, int set, bool
   const Tensor x = leading_rows(acts_.residual[layer], n, c);
   const Tensor out = leading_rows(acts_.residual[layer + 1], n, c);
   const LoraLayerStep* lora = lora_step(layer, ctx.dims, set, training);
-  attention_block_forward(ctx, compute_weights().layers[layer], x, a, lora);
+  attention_block_forward(ctx, layer, compute_weights().layers[layer], x, a, lora);
   mlp_block_forward(ctx, compute_weights().layers[layer], a, out, lora);
 }
 
@@ -325,7 +326,7 @@ LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
     const LayerActivations a = saved_activations(l).sized(config_, dims, ctx.local_rows);
     const LoraLayerStep* lora = lora_step(l, dims, saved_set(l), true);
     mlp_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l], a, scratch, lora);
-    attention_block_backward(ctx, compute_weights().layers[l], grad_views_.layers[l],
+    attention_block_backward(ctx, l, compute_weights().layers[l], grad_views_.layers[l],
                              leading_rows(acts_.residual[l], n, c), a, scratch, lora);
     call_hook(&GroupHooks::after_backward, layer_group(l));
   }

@@ -56,6 +56,8 @@ struct ModelOptions {
   // (shapes of tp_shard_config) and calls tp.ops where partial results meet. Training and
   // loss evaluation only: full logits and KV-cache decoding need the whole model.
   TensorParallel tp;
+  // Each layer's attention mask beyond causal and documents (window, sparse pattern, sinks).
+  AttentionSchedule attention;
 };
 
 // Bytes a model's own buffers hold, by purpose (what a parallel layer binds into the model is

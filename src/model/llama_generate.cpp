@@ -12,20 +12,18 @@ namespace anvil {
 
 namespace {
 
-// Runs causal attention of new queries q (n, Hq, D) at positions [start, start + n) of one
-// batch row over its cached keys and values (max_len, Hkv, D), whose first start + n rows are
-// filled, writing out (n, Hq, D). The queries carry their absolute positions (q_offset), so
+// Runs attention (the layer's mask `params`, no documents) of new queries q (n, Hq, D) at
+// positions [start, start + n) of one batch row over its cached keys and values (max_len, Hkv,
+// D), whose first start + n rows are filled, writing out (n, Hq, D). The queries carry their absolute positions (q_offset), so
 // the work is O(n * (start + n)): each decoding step attends once to the cache.
-void cached_attention(Backend& backend, const KvCache& cache, const Tensor& q,
-                      const Tensor& cached_k, const Tensor& cached_v, int start,
+void cached_attention(Backend& backend, const KvCache& cache, AttentionParams params,
+                      const Tensor& q, const Tensor& cached_k, const Tensor& cached_v, int start,
                       const Tensor& out) {
   const int64_t n = q.shape[0], heads = q.shape[1], end = start + n;
   const auto batch_of_one = [](const Tensor& t, int64_t rows) {
     return t.slice(0, rows).view(Shape{1, rows, t.shape[1], t.shape[2]});
   };
   const Tensor lse = cache.lse_scratch().flat(0, heads * n).view(Shape{1, heads, n});
-  AttentionParams params;
-  params.causal = true;
   params.q_offset = start;
   backend.attention_forward(batch_of_one(q, n), batch_of_one(cached_k, end),
                             batch_of_one(cached_v, end), batch_of_one(out, n), lse, params);
@@ -61,7 +59,8 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor
       const Tensor cached_v = cache.values(l)[b];
       backend_->cast(a.k[b], cached_k.slice(start, end));
       backend_->cast(a.v[b], cached_v.slice(start, end));
-      cached_attention(*backend_, cache, a.q[b], cached_k, cached_v, start, a.attn_out[b]);
+      cached_attention(*backend_, cache, ctx.attention(l), a.q[b], cached_k, cached_v, start,
+                       a.attn_out[b]);
     }
     attention_output_forward(ctx, compute_weights().layers[l], x, a, lora);
     mlp_block_forward(ctx, compute_weights().layers[l], a,

@@ -61,6 +61,18 @@ struct TrainingConfigSection {
   int64_t max_skipped_steps = 5;
 };
 
+// Attention masks beyond causal (training.doc_mask adds documents): a sliding window, a
+// sparse segment pattern and sink positions, on every layer but every dense_every-th
+// (docs/long-context.md).
+struct AttentionConfigSection {
+  std::string pattern = "dense";  // dense, strided or lines
+  int64_t segment = 0;            // positions per segment (strided, lines); a multiple of 64
+  int64_t stride = 0;             // strided: every stride-th earlier segment is visible
+  int64_t window = 0;             // sliding window in positions (0: off)
+  int64_t sinks = 0;              // the first positions, visible to every query
+  int64_t dense_every = 0;        // every N-th layer attends densely (0: none)
+};
+
 struct OptimizerConfigSection {
   double lr = 2e-3;
   double min_lr = 2e-4;
@@ -121,6 +133,7 @@ struct TrainConfig {
   ModelConfigSection model;
   DataConfigSection data;
   TrainingConfigSection training;
+  AttentionConfigSection attention;
   OptimizerConfigSection optimizer;
   ParallelConfigSection parallel;
   CheckpointConfigSection checkpoint;

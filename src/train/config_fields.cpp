@@ -54,6 +54,12 @@ const std::vector<ConfigField>& config_fields() {
                          "skip a step with a non-finite loss/grad norm instead of stopping"),
       ANVIL_CONFIG_FIELD(training, max_skipped_steps,
                          "with skip_nonfinite: stop after this many consecutive skipped steps"),
+      ANVIL_CONFIG_FIELD(attention, pattern, "sparse pattern: dense, strided or lines"),
+      ANVIL_CONFIG_FIELD(attention, segment, "positions per segment (strided, lines; x64)"),
+      ANVIL_CONFIG_FIELD(attention, stride, "strided: every stride-th earlier segment"),
+      ANVIL_CONFIG_FIELD(attention, window, "sliding window in positions (0: off)"),
+      ANVIL_CONFIG_FIELD(attention, sinks, "first positions every query sees (global sinks)"),
+      ANVIL_CONFIG_FIELD(attention, dense_every, "every N-th layer attends densely (0: none)"),
       ANVIL_CONFIG_FIELD(optimizer, lr, "peak learning rate"),
       ANVIL_CONFIG_FIELD(optimizer, min_lr, "final learning rate of decaying schedules"),
       ANVIL_CONFIG_FIELD(optimizer, schedule, "cosine, linear, constant or wsd"),
@@ -95,9 +101,9 @@ const std::vector<ConfigField>& config_fields() {
 #undef ANVIL_CONFIG_FIELD
 
 const std::vector<std::string_view>& config_sections() {
-  static const std::vector<std::string_view> sections = {"model",     "data",     "training",
-                                                         "optimizer", "parallel", "checkpoint",
-                                                         "lora",      "eval",     "logging"};
+  static const std::vector<std::string_view> sections = {
+      "model",    "data", "training", "attention", "optimizer", "parallel", "checkpoint",
+      "lora",     "eval", "logging"};
   return sections;
 }
 

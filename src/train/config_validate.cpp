@@ -69,6 +69,63 @@ void validate_training(const TrainConfig& config) {
               "[config] training.dtype must be f32 or bf16, got '{}'", training.dtype);
 }
 
+// The optimized CPU kernels work on 64 x 64 tiles: a segment of whole tiles makes every tile
+// wholly visible or wholly hidden by the pattern, so hidden work is skipped, not masked.
+constexpr int64_t kAttentionTile = 64;
+
+void validate_attention(const TrainConfig& config) {
+  const AttentionConfigSection& attention = config.attention;
+  const int64_t seq_len = config.training.seq_len;
+  const std::vector<std::string> patterns = {"dense", "strided", "lines"};
+  ANVIL_CHECK(std::find(patterns.begin(), patterns.end(), attention.pattern) != patterns.end(),
+              "[config] attention.pattern must be one of {}, got '{}' (did you mean '{}'?)",
+              fmt::join(patterns, ", "), attention.pattern,
+              closest_name(attention.pattern, patterns));
+  check_non_negative(attention.window, "attention.window");
+  check_non_negative(attention.sinks, "attention.sinks");
+  check_non_negative(attention.dense_every, "attention.dense_every");
+  ANVIL_CHECK(attention.window <= seq_len,
+              "[config] attention.window ({}) is larger than the context training.seq_len ({}); "
+              "such a window hides nothing (use 0 for no window)",
+              attention.window, seq_len);
+  ANVIL_CHECK(attention.sinks < seq_len,
+              "[config] attention.sinks ({}) must be smaller than training.seq_len ({})",
+              attention.sinks, seq_len);
+  const bool sparse = attention.pattern != "dense";
+  if (!sparse) {
+    ANVIL_CHECK(attention.segment == 0 && attention.stride == 0,
+                "[config] attention.segment and attention.stride belong to the strided and lines "
+                "patterns; attention.pattern is dense (got segment {}, stride {})",
+                attention.segment, attention.stride);
+  } else {
+    check_positive(attention.segment, "attention.segment");
+    ANVIL_CHECK(attention.segment % kAttentionTile == 0,
+                "[config] attention.segment ({}) must be a multiple of the attention tile ({}) so "
+                "the kernels skip hidden tiles whole",
+                attention.segment, kAttentionTile);
+    ANVIL_CHECK(attention.segment < seq_len,
+                "[config] attention.segment ({}) must be smaller than training.seq_len ({}): one "
+                "segment holding the whole context is dense attention",
+                attention.segment, seq_len);
+  }
+  if (attention.pattern == "strided") {
+    check_positive(attention.stride, "attention.stride");
+  } else {
+    ANVIL_CHECK(attention.stride == 0,
+                "[config] attention.stride belongs to the strided pattern; attention.pattern is "
+                "{} (got stride {})",
+                attention.pattern, attention.stride);
+  }
+  ANVIL_CHECK(attention.dense_every == 0 || sparse || attention.window > 0,
+              "[config] attention.dense_every = {} alternates dense layers with sparse ones, but "
+              "no layer is sparse (attention.pattern is dense and attention.window is 0)",
+              attention.dense_every);
+  ANVIL_CHECK(attention.sinks == 0 || sparse || attention.window > 0,
+              "[config] attention.sinks = {} makes positions visible that a window or a sparse "
+              "pattern hides; with dense attention every position is already visible",
+              attention.sinks);
+}
+
 void validate_optimizer(const OptimizerConfigSection& optimizer) {
   ANVIL_CHECK(optimizer.lr > 0, "[config] optimizer.lr must be > 0, got {}", optimizer.lr);
   ANVIL_CHECK(optimizer.min_lr >= 0 && optimizer.min_lr <= optimizer.lr,
@@ -158,6 +215,7 @@ void validate_lora(const TrainConfig& config) {
 void validate_config(const TrainConfig& config) {
   validate_model(config.model);
   validate_training(config);
+  validate_attention(config);
   validate_optimizer(config.optimizer);
   validate_rest(config);
   validate_lora(config);

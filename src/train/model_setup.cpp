@@ -45,6 +45,19 @@ ModelConfigSection model_section_from(const LlamaConfig& config) {
   return model;
 }
 
+AttentionSchedule attention_schedule_from(const AttentionConfigSection& attention) {
+  AttentionSchedule schedule;
+  schedule.pattern = attention.pattern == "strided" ? SparsePattern::strided
+                     : attention.pattern == "lines" ? SparsePattern::lines
+                                                    : SparsePattern::dense;
+  schedule.segment = static_cast<int>(attention.segment);
+  schedule.stride = static_cast<int>(attention.stride);
+  schedule.window = static_cast<int>(attention.window);
+  schedule.sinks = static_cast<int>(attention.sinks);
+  schedule.dense_every = static_cast<int>(attention.dense_every);
+  return schedule;
+}
+
 AdamWHyperParams adamw_hyper_params_from(const OptimizerConfigSection& optimizer) {
   AdamWHyperParams hyper;
   hyper.beta1 = optimizer.beta1;

@@ -1,5 +1,6 @@
 // Building the model and optimizer a run trains: the LlamaConfig the [model] section
-// describes and the AdamW hyper-parameters of the [optimizer] section. The AdamW groups
+// describes, the attention masks of [attention] and the AdamW hyper-parameters of the
+// [optimizer] section. The AdamW groups
 // themselves (one per parameter group, or per shard of one) are built by the parallel
 // engine from the layout's decay spans (parallel/shard_plan.h).
 #pragma once
@@ -16,6 +17,9 @@ LlamaConfig llama_config_from(const ModelConfigSection& model);
 // Returns the [model] section that describes `config` (the inverse of llama_config_from;
 // init_from is left empty).
 ModelConfigSection model_section_from(const LlamaConfig& config);
+
+// Returns the per-layer attention masks the [attention] section describes (validated).
+AttentionSchedule attention_schedule_from(const AttentionConfigSection& attention);
 
 // Returns the AdamW hyper-parameters of the [optimizer] section.
 AdamWHyperParams adamw_hyper_params_from(const OptimizerConfigSection& optimizer);

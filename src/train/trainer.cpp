@@ -218,6 +218,7 @@ Trainer::Trainer(const TrainRunOptions& options)
   model_options.compute_dtype = parse_dtype(config_.training.dtype);
   model_options.activation_checkpointing = config_.training.activation_checkpointing;
   model_options.decay_embeddings = config_.optimizer.decay_embeddings;
+  model_options.attention = attention_schedule_from(config_.attention);
   model_options.lora = lora_options_from(config_.lora);
   if (model_options.lora.enabled() && config_.lora.base_dtype != "auto")
     model_options.lora_base_dtype = parse_dtype(config_.lora.base_dtype);

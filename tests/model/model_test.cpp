@@ -238,6 +238,44 @@ void expect_error(const std::function<void()>& fn, const std::string& fragment) 
   }
 }
 
+// The attention schedule reaches every layer: with a window of w on both layers, the logits
+// at position t depend on tokens back to t - 2(w - 1) and no further; making the second layer
+// dense (dense_every = 2) lets the first token reach every position. KV-cache decoding uses
+// the same masks as the full forward.
+TEST(ModelTest, AttentionScheduleMasksEachLayer) {
+  auto backend = make_backend("cpu");
+  const int seq = 32, window = 8, vocab = tiny_config().vocab_size;
+  std::vector<int32_t> tokens(seq), changed(seq);
+  for (int t = 0; t < seq; ++t) tokens[t] = changed[t] = (t * 7 + 3) % vocab;
+  changed[0] = (tokens[0] + 1) % vocab;
+  for (int dense_every : {0, 2}) {
+    ModelOptions options = options_for(1, seq);
+    options.attention.window = window;
+    options.attention.dense_every = dense_every;
+    LlamaModel model(tiny_config(), *backend, options);
+    model.init_weights(11);
+    const std::vector<float> a = logits_of(model, tokens, 1), b = logits_of(model, changed, 1);
+    const int reach = 2 * (window - 1);  // last position the first token still reaches
+    for (int t = 0; t < seq; ++t) {
+      const std::vector<float> row_a(a.begin() + t * vocab, a.begin() + (t + 1) * vocab);
+      const std::vector<float> row_b(b.begin() + t * vocab, b.begin() + (t + 1) * vocab);
+      const bool reached = dense_every == 2 || t <= reach;
+      EXPECT_EQ(!bitwise_equal(row_a, row_b), reached) << "position " << t << " dense_every "
+                                                       << dense_every;
+    }
+    // Decoding token by token through the KV cache gives the full forward's last logits.
+    KvCache cache(tiny_config(), *backend, 1, seq);
+    std::vector<float> step_logits(static_cast<size_t>(vocab));
+    for (int t = 0; t < seq; ++t) {
+      std::vector<int32_t> token = {tokens[t]};
+      model.forward_step(host_view(token, DType::i32, Shape{1, 1}), cache,
+                         host_view(step_logits, DType::f32, Shape{1, vocab}));
+    }
+    const std::vector<float> last(a.end() - vocab, a.end());
+    EXPECT_LT(relative_max_error(step_logits, last), 1e-5) << "dense_every " << dense_every;
+  }
+}
+
 TEST(ModelTest, RejectsBadOptionsAndInputs) {
   auto backend = make_backend("cpu");
   const LlamaConfig c = tiny_config();

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "train/model_setup.h"
 
 namespace anvil {
 namespace {
@@ -57,6 +58,12 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "training.eval_steps",
                                              "training.skip_nonfinite",
                                              "training.max_skipped_steps",
+                                             "attention.pattern",
+                                             "attention.segment",
+                                             "attention.stride",
+                                             "attention.window",
+                                             "attention.sinks",
+                                             "attention.dense_every",
                                              "optimizer.lr",
                                              "optimizer.min_lr",
                                              "optimizer.schedule",
@@ -180,6 +187,58 @@ TEST(ConfigTest, ValidationNamesTheKey) {
   apply_config_override(config, "parallel.collective_timeout_s", "0");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
+}
+
+// Each inconsistent [attention] setting is one error naming the key and the fix; a consistent
+// sparse setup validates and maps onto the model's schedule.
+TEST(ConfigTest, AttentionMasksAreValidated) {
+  auto error_with = [](std::initializer_list<std::pair<const char*, const char*>> overrides) {
+    TrainConfig config;
+    config.training.seq_len = 256;
+    config.model.max_seq_len = 256;
+    for (const auto& [name, value] : overrides) apply_config_override(config, name, value);
+    return error_of([&] { validate_config(config); });
+  };
+  EXPECT_NE(error_with({{"attention.pattern", "line"}}).find("did you mean 'lines'?"),
+            std::string::npos);
+  EXPECT_EQ(error_with({{"attention.pattern", "lines"}, {"attention.segment", "48"}}),
+            "[config] attention.segment (48) must be a multiple of the attention tile (64) so "
+            "the kernels skip hidden tiles whole");
+  EXPECT_EQ(error_with({{"attention.pattern", "lines"}}),
+            "[config] attention.segment must be > 0, got 0");
+  EXPECT_NE(error_with({{"attention.pattern", "lines"}, {"attention.segment", "256"}})
+                .find("one segment holding the whole context is dense attention"),
+            std::string::npos);
+  EXPECT_EQ(error_with({{"attention.window", "300"}}),
+            "[config] attention.window (300) is larger than the context training.seq_len (256); "
+            "such a window hides nothing (use 0 for no window)");
+  EXPECT_NE(error_with({{"attention.pattern", "strided"}, {"attention.segment", "64"}})
+                .find("attention.stride must be > 0"),
+            std::string::npos);
+  EXPECT_NE(error_with({{"attention.pattern", "lines"}, {"attention.segment", "64"},
+                        {"attention.stride", "2"}})
+                .find("attention.stride belongs to the strided pattern"),
+            std::string::npos);
+  EXPECT_NE(error_with({{"attention.segment", "64"}}).find("attention.pattern is dense"),
+            std::string::npos);
+  EXPECT_NE(error_with({{"attention.dense_every", "4"}}).find("no layer is sparse"),
+            std::string::npos);
+  EXPECT_NE(error_with({{"attention.sinks", "4"}}).find("already visible"), std::string::npos);
+  EXPECT_EQ(error_with({{"attention.pattern", "strided"}, {"attention.segment", "64"},
+                        {"attention.stride", "2"}, {"attention.sinks", "4"},
+                        {"attention.dense_every", "3"}}),
+            "");
+  TrainConfig config;
+  apply_config_override(config, "attention.pattern", "lines");
+  apply_config_override(config, "attention.segment", "64");
+  apply_config_override(config, "attention.dense_every", "2");
+  const AttentionSchedule schedule = attention_schedule_from(config.attention);
+  AttentionParams layer0, layer1;
+  schedule.apply(0, layer0);
+  schedule.apply(1, layer1);
+  EXPECT_EQ(layer0.pattern, SparsePattern::lines);
+  EXPECT_EQ(layer0.segment, 64);
+  EXPECT_EQ(layer1.pattern, SparsePattern::dense);  // every second layer is dense
 }
 
 TEST(ConfigTest, ResolvedTomlRoundTripsExactly) {
