@@ -4,6 +4,9 @@
 #include "model/llama_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
 
 #include "core/error.h"
 #include "model/parameter_table.h"
@@ -96,6 +99,31 @@ std::string LlamaConfig::summary() const {
       rope_scaling_factor > 0 ? fmt::format(" rope_scaling={}", rope_scaling_factor)
                               : std::string(),
       tie_embeddings ? " tied" : "", attention_bias ? " qkv_bias" : "", param_count());
+}
+
+std::string LlamaConfig::weights_summary() const {
+  return fmt::format("dim={} layers={} heads={}/{} head_dim={} ffn={} vocab={}{}{} params={}", dim,
+                     n_layers, n_heads, n_kv_heads, resolved_head_dim(), ffn_dim, vocab_size,
+                     tie_embeddings ? " tied" : "", attention_bias ? " qkv_bias" : "",
+                     param_count());
+}
+
+std::string LlamaConfig::position_changes_from(const LlamaConfig& other) const {
+  std::vector<std::string> changes;
+  auto note = [&](const char* name, auto before, auto after) {
+    if (before != after) changes.push_back(fmt::format("{} {} -> {}", name, before, after));
+  };
+  note("max_seq_len", other.max_seq_len, max_seq_len);
+  note("rope_theta", other.rope_theta, rope_theta);
+  note("rope_scaling_factor", other.rope_scaling_factor, rope_scaling_factor);
+  // The other scaling keys only matter while scaling is on (on either side).
+  if (rope_scaling_factor > 0 || other.rope_scaling_factor > 0) {
+    note("rope_low_freq_factor", other.rope_low_freq_factor, rope_low_freq_factor);
+    note("rope_high_freq_factor", other.rope_high_freq_factor, rope_high_freq_factor);
+    note("rope_original_max_position", other.rope_original_max_position,
+         rope_original_max_position);
+  }
+  return fmt::format("{}", fmt::join(changes, ", "));
 }
 
 }  // namespace anvil

@@ -59,6 +59,14 @@ struct LlamaConfig {
 
   // Returns a one-line summary ("dim=64 layers=2 heads=4/2 ...") for logs.
   std::string summary() const;
+  // Returns summary() without the position fields (max_seq_len, rope_theta, the rope scaling):
+  // two configs with equal weight summaries hold interchangeable weights, and differ at most in
+  // how far and with which RoPE frequencies they place positions, which is what continued
+  // pretraining at a longer context (context extension) changes.
+  std::string weights_summary() const;
+  // Returns "" when the position fields equal `other`'s, else what changes from `other` to
+  // this config ("max_seq_len 256 -> 1024, rope_theta 10000 -> 500000").
+  std::string position_changes_from(const LlamaConfig& other) const;
 };
 
 }  // namespace anvil

@@ -58,6 +58,23 @@ double seconds_between(Clock::time_point begin, Clock::time_point end) {
   return std::chrono::duration<double>(end - begin).count();
 }
 
+// Checks that model.init_from (`source`, whose config.json says `theirs`) holds the weights
+// the [model] section (`ours`) describes, and returns "" or a note on what changes. Only the
+// positions may differ: continued pretraining at a longer context with a larger rope_theta or
+// llama3 rope scaling (context extension, docs/long-context.md) keeps every weight's shape and
+// meaning and only changes the RoPE frequencies and how far positions go.
+std::string check_init_from_config(const std::filesystem::path& source, const LlamaConfig& theirs,
+                                   const LlamaConfig& ours) {
+  ANVIL_CHECK(theirs.weights_summary() == ours.weights_summary(),
+              "[train] model.init_from {} holds a model with {}, but the [model] section "
+              "describes {}; make them agree",
+              source.string(), theirs.summary(), ours.summary());
+  const std::string changes = ours.position_changes_from(theirs);
+  if (changes.empty()) return "";
+  return fmt::format("context extension from {}: {} (the weights are kept; the positions change)",
+                     source.string(), changes);
+}
+
 // Returns the hang watchdog of a multi-rank run (none for one process, which never waits).
 std::unique_ptr<CollectiveWatchdog> make_watchdog(const TrainConfig& config,
                                                   const Communicator& world) {
@@ -272,11 +289,8 @@ void Trainer::message(const std::string& line) {
 
 void Trainer::load_base_model() {
   const std::filesystem::path base = config_.model.init_from;
-  const LlamaConfig theirs = llama_config_from_hf_json(base);
-  ANVIL_CHECK(theirs.summary() == llama_.summary(),
-              "[train] model.init_from {} holds a model with {}, but the [model] section "
-              "describes {}; make them agree",
-              base.string(), theirs.summary(), llama_.summary());
+  const std::string note = check_init_from_config(base, llama_config_from_hf_json(base), llama_);
+  if (!note.empty()) message(note);
   load_base_weights(base, *engine_);
 }
 
@@ -303,11 +317,9 @@ void Trainer::load_initial_weights() {
   const std::filesystem::path source = config_.model.init_from;
   if (std::filesystem::exists(source / "config.json")) {
     // A Hugging Face directory, or an anvil checkpoint (which carries a config.json too).
-    const LlamaConfig theirs = llama_config_from_hf_json(source);
-    ANVIL_CHECK(theirs.summary() == llama_.summary(),
-                "[train] model.init_from {} holds a model with {}, but the [model] section "
-                "describes {}; make them agree",
-                source.string(), theirs.summary(), llama_.summary());
+    const std::string note =
+        check_init_from_config(source, llama_config_from_hf_json(source), llama_);
+    if (!note.empty()) message(note);
     const SafetensorsCollection tensors = open_hf_tensors(source);
     check_hf_tensors(tensors, llama_);
     read_engine_weights(*engine_, tensors);

@@ -101,6 +101,31 @@ TEST_F(TrainDataTest, TrainsOnShardsEvaluatesAndGenerates) {
   };
   EXPECT_LT(first_loss(*root_ / "continued"), first_loss(run) - 1.0);
 
+  // Context extension: the same weights continue at twice the context with a larger
+  // rope_theta and llama3 scaling; the changed position keys are named, not refused.
+  const auto extended = run_anvil(
+      "train --run-dir " + (*root_ / "extended").string() + " " + kSmallModel + " " +
+      data_flag() +
+      " --model.vocab_size=300 --training.steps=1 --training.eval_steps=0 "
+      "--model.max_seq_len=64 --training.seq_len=32 --model.rope_theta=40000 "
+      "--model.rope_scaling_factor=2 --model.rope_original_max_position=32 "
+      "--model.init_from=" +
+      (run / "checkpoints" / "step-0000030").string());
+  ASSERT_EQ(extended.exit_code, 0) << extended.output;
+  EXPECT_NE(extended.output.find("context extension from"), std::string::npos)
+      << extended.output;
+  EXPECT_NE(extended.output.find("max_seq_len 32 -> 64, rope_theta 10000 -> 40000, "
+                                 "rope_scaling_factor 0 -> 2"),
+            std::string::npos)
+      << extended.output;
+  // A weight shape that differs is still an error.
+  const auto wider = run_anvil(
+      "train --run-dir " + (*root_ / "wider").string() + " " + kSmallModel + " " + data_flag() +
+      " --model.vocab_size=300 --training.steps=1 --model.ffn_dim=96 --model.init_from=" +
+      (run / "checkpoints" / "step-0000030").string());
+  EXPECT_EQ(wider.exit_code, 1);
+  EXPECT_NE(wider.output.find("make them agree"), std::string::npos) << wider.output;
+
   // Greedy decoding is deterministic.
   EXPECT_EQ(run_anvil("generate --run " + run.string() +
                       " --prompt 'the cat' --max-new-tokens 8 --greedy --threads 1")

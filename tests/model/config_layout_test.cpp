@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "model/llama_config.h"
@@ -103,6 +104,40 @@ TEST(LlamaConfigTest, FlopsPerTokenFollowsTheStatedFormula) {
   EXPECT_EQ(c.matmul_param_count(), matmul_params);
   const int seq = 16;
   EXPECT_DOUBLE_EQ(c.flops_per_token(seq), 6.0 * matmul_params + 12.0 * 2 * seq * 32);
+}
+
+TEST(LlamaConfigTest, WeightsSummaryLeavesOutOnlyThePositions) {
+  const LlamaConfig base = tiny_config();
+  LlamaConfig longer = base;
+  longer.max_seq_len = 4 * base.max_seq_len;
+  longer.rope_theta = 500000.0f;
+  longer.rope_scaling_factor = 8.0f;
+  // Continued pretraining at a longer context keeps the weights: same weight summary.
+  EXPECT_EQ(longer.weights_summary(), base.weights_summary());
+  EXPECT_NE(longer.summary(), base.summary());
+  EXPECT_EQ(longer.position_changes_from(base),
+            "max_seq_len 32 -> 128, rope_theta 10000 -> 500000, rope_scaling_factor 0 -> 8");
+  EXPECT_EQ(base.position_changes_from(base), "");
+  // The other scaling keys are named only while scaling is on somewhere.
+  LlamaConfig low = base;
+  low.rope_low_freq_factor = 2.0f;
+  EXPECT_EQ(low.position_changes_from(base), "");
+  low.rope_scaling_factor = 8.0f;
+  EXPECT_EQ(low.position_changes_from(base),
+            "rope_scaling_factor 0 -> 8, rope_low_freq_factor 1 -> 2");
+  // Anything that shapes a weight still differs.
+  const std::vector<void (*)(LlamaConfig&)> changes = {
+      [](LlamaConfig& c) { c.dim = 64; },
+      [](LlamaConfig& c) { c.n_kv_heads = 4; },
+      [](LlamaConfig& c) { c.ffn_dim = 64; },
+      [](LlamaConfig& c) { c.vocab_size = 65; },
+      [](LlamaConfig& c) { c.tie_embeddings = !c.tie_embeddings; },
+      [](LlamaConfig& c) { c.attention_bias = true; }};
+  for (auto change : changes) {
+    LlamaConfig other = base;
+    change(other);
+    EXPECT_NE(other.weights_summary(), base.weights_summary()) << other.summary();
+  }
 }
 
 TEST(LlamaLayoutTest, UsesHuggingFaceNamesShapesAndGroups) {

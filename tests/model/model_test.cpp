@@ -300,5 +300,25 @@ TEST(ModelTest, RejectsBadOptionsAndInputs) {
   expect_error([&] { model.forward_loss(batch); }, "loss_mask");
 }
 
+// Long-context training rests on this: the activation arena is a + b * T in the sequence length
+// T (no (T, T) scores, the loss chunked by rows), with and without activation checkpointing.
+TEST(ModelTest, ActivationArenaGrowsLinearlyWithTheSequence) {
+  auto backend = make_backend("cpu");
+  LlamaConfig config = tiny_config();
+  config.max_seq_len = 4096;
+  for (bool checkpointing : {false, true}) {
+    std::vector<int64_t> bytes;
+    for (int seq : {1024, 2048, 4096}) {
+      ModelOptions options = options_for(1, seq);
+      options.activation_checkpointing = checkpointing;
+      // A fixed chunk, as a large vocabulary gets: the logits stay (chunk, V) at any T.
+      options.logits_chunk_rows = 256;
+      const LlamaModel model(config, *backend, options);
+      bytes.push_back(static_cast<int64_t>(model.activation_bytes()));
+    }
+    EXPECT_EQ(bytes[2] - bytes[1], 2 * (bytes[1] - bytes[0])) << "checkpointing " << checkpointing;
+  }
+}
+
 }  // namespace
 }  // namespace anvil::test
