@@ -45,6 +45,18 @@ void check_op_rank(const Tensor& t, const char* op, const char* what, int rank) 
               t.shape.str());
 }
 
+void check_attention_merge_args(DeviceType device, const char* backend, const Tensor& out,
+                                const Tensor& lse, const Tensor& part_out,
+                                const Tensor& part_lse) {
+  const char* op = "attention_merge";
+  check_op_tensor(out, device, backend, op, "out", {DType::f32, DType::bf16});
+  check_op_rank(out, op, "out", 4);
+  check_op_tensor(part_out, device, backend, op, "part_out", {out.dtype}, out.shape);
+  const Shape lse_shape{out.shape[0], out.shape[2], out.shape[1]};
+  check_op_tensor(lse, device, backend, op, "lse", {DType::f32}, lse_shape);
+  check_op_tensor(part_lse, device, backend, op, "part_lse", {DType::f32}, lse_shape);
+}
+
 void check_attention_params(const char* op, const AttentionParams& params, int64_t B,
                             int64_t Tq, int64_t Tk) {
   ANVIL_CHECK(params.q_offset >= 0 && params.k_offset >= 0,

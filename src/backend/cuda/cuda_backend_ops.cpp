@@ -6,6 +6,7 @@
 
 #include "backend/cpu/reference/reference_ops.h"
 #include "backend/cuda/attention.h"
+#include "backend/tensor_checks.h"
 #include "backend/cuda/cuda_arg_checks.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -202,16 +203,11 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
 
 void CudaBackend::attention_merge(const Tensor& o, const Tensor& lse, const Tensor& part_out,
                                   const Tensor& part_lse) {
-  const char* op = "attention_merge";
-  check_tensor(o, op, "out", kActivationDtypes);
-  check_rank(o, op, "out", 4);
-  check_tensor(part_out, op, "part_out", {o.dtype}, o.shape);
+  check_attention_merge_args(DeviceType::cuda, "CUDA", o, lse, part_out, part_lse);
   const int64_t B = o.shape[0], Tq = o.shape[1], Hq = o.shape[2], D = o.shape[3];
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{B, Hq, Tq});
-  check_tensor(part_lse, op, "part_lse", {DType::f32}, Shape{B, Hq, Tq});
   cuda::launch_attention_merge(out(o), lse.f32(), in(part_out), part_lse.f32(), B, Tq, Hq, D,
                                stream());
-  CUDA_CHECK_LAUNCH(op);
+  CUDA_CHECK_LAUNCH("attention_merge");
 }
 
 void CudaBackend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& o) {

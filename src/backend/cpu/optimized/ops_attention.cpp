@@ -142,13 +142,8 @@ void OptimizedOps::attention_backward(const Tensor& dout, const Tensor& q, const
 
 void OptimizedOps::attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
                                    const Tensor& part_lse) {
-  const char* op = "attention_merge";
-  check_tensor(out, op, "out", kActivationDtypes);
-  check_rank(out, op, "out", 4);
-  check_tensor(part_out, op, "part_out", {out.dtype}, out.shape);
+  check_attention_merge_args(DeviceType::cpu, "CPU", out, lse, part_out, part_lse);
   const int64_t B = out.shape[0], Tq = out.shape[1], Hq = out.shape[2], D = out.shape[3];
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{B, Hq, Tq});
-  check_tensor(part_lse, op, "part_lse", {DType::f32}, Shape{B, Hq, Tq});
   const float neg_inf = -__builtin_inff();
   // One task per (b, t) row of heads; the merge is memory-bound, so plain loops suffice.
 #pragma omp parallel for schedule(static) if (B * Tq > 64)

@@ -175,13 +175,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
 void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
                      const Tensor& part_lse) {
-  const char* op = "attention_merge";
-  check_tensor(out, op, "out", kActivationDtypes);
-  check_rank(out, op, "out", 4);
-  check_tensor(part_out, op, "part_out", {out.dtype}, out.shape);
+  check_attention_merge_args(DeviceType::cpu, "CPU", out, lse, part_out, part_lse);
   const int64_t B = out.shape[0], Tq = out.shape[1], Hq = out.shape[2], D = out.shape[3];
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{B, Hq, Tq});
-  check_tensor(part_lse, op, "part_lse", {DType::f32}, Shape{B, Hq, Tq});
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h)
