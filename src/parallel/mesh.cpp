@@ -78,9 +78,14 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
               "tp > 1, got {}",
               settings.tp);
   ANVIL_CHECK(settings.cp >= 1, "[parallel] cp must be at least 1, got {}", settings.cp);
+  // Messages name cp only when it is in use.
+  const bool with_cp = settings.cp > 1;
   ANVIL_CHECK(world_size % (settings.tp * settings.cp) == 0,
-              "[parallel] tp x cp = {} x {} does not divide the {} ranks of the world",
-              settings.tp, settings.cp, world_size);
+              "[parallel] {} = {} does not divide the {} ranks of the world",
+              with_cp ? "tp x cp" : "tp",
+              with_cp ? fmt::format("{} x {}", settings.tp, settings.cp)
+                      : std::to_string(settings.tp),
+              world_size);
   MeshShape shape;
   shape.tp = settings.tp;
   shape.cp = settings.cp;
@@ -90,14 +95,16 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
     shape.fsdp = settings.zero_stage == 0 ? 1 : rest;
   } else if (settings.dp == 0) {
     ANVIL_CHECK(rest % settings.fsdp == 0,
-                "[parallel] fsdp = {} does not divide the {} ranks of the world (tp = {}, cp = {})",
-                settings.fsdp, world_size, shape.tp, shape.cp);
+                "[parallel] fsdp = {} does not divide the {} ranks of the world (tp = {}{})",
+                settings.fsdp, world_size, shape.tp,
+                with_cp ? fmt::format(", cp = {}", shape.cp) : std::string());
     shape.fsdp = settings.fsdp;
     shape.dp = rest / settings.fsdp;
   } else if (settings.fsdp == 0) {
     ANVIL_CHECK(rest % settings.dp == 0,
-                "[parallel] dp = {} does not divide the {} ranks of the world (tp = {}, cp = {})",
-                settings.dp, world_size, shape.tp, shape.cp);
+                "[parallel] dp = {} does not divide the {} ranks of the world (tp = {}{})",
+                settings.dp, world_size, shape.tp,
+                with_cp ? fmt::format(", cp = {}", shape.cp) : std::string());
     shape.dp = settings.dp;
     shape.fsdp = rest / settings.dp;
   } else {
@@ -106,9 +113,11 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
   }
   const int product = shape.dp * shape.fsdp * shape.tp * shape.cp;
   ANVIL_CHECK(product == world_size,
-              "[parallel] dp x fsdp x tp x cp = {} x {} x {} x {} = {} but the job has {} ranks; "
-              "set parallel.dp and parallel.fsdp so that their product is {} (or 0 to derive one)",
-              shape.dp, shape.fsdp, shape.tp, shape.cp, product, world_size, rest);
+              "[parallel] dp x fsdp x tp{} = {} x {} x {}{} = {} but the job has {} ranks; set "
+              "parallel.dp and parallel.fsdp so that their product is {} (or 0 to derive one)",
+              with_cp ? " x cp" : "", shape.dp, shape.fsdp, shape.tp,
+              with_cp ? fmt::format(" x {}", shape.cp) : std::string(), product, world_size,
+              rest);
   ANVIL_CHECK(settings.zero_stage > 0 || shape.fsdp == 1,
               "[parallel] fsdp = {} shards state over {} ranks but zero_stage is 0 (nothing is "
               "sharded); set parallel.zero_stage to 1, 2 or 3, or parallel.fsdp = 1",

@@ -5,7 +5,8 @@
 // (f32, what these runs measure with margin; the tp tests use the same): loss curves within
 // 1e-5 relative, every parameter's first-step gradient within 1e-5 of its largest element,
 // evaluation loss within 1e-5. Causal and document masks (documents cross chunk boundaries);
-// cp 2 and cp 4, cp 2 x fsdp 2 under ZeRO-3 and cp 2 x tp 2. Also: the ring's traffic is what
+// cp 2 and cp 4, cp 2 x fsdp 2 under ZeRO-3, cp 2 x tp 2, activation checkpointing, and one
+// bf16 run (its own tolerances, below). Also: rank placement, and the ring's traffic is what
 // the layout says it is.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "model/batch.h"
+#include "parallel/mesh.h"
 #include "parallel_test_util.h"
 
 namespace anvil {
@@ -28,6 +30,12 @@ using ptest::RunSpec;
 constexpr int kSteps = 8;
 constexpr double kLossTolerance = 1e-5;      // max relative difference of a step's loss
 constexpr double kGradientTolerance = 1e-5;  // max |difference| / max |reference| per tensor
+// bf16: the backend's attention returns each block's out and dq/dk/dv in the compute dtype, so
+// the ring rounds every block's partial result to bf16 before merging or summing it in f32,
+// where one whole-sequence call rounds once. Measured at cp 2 with document masks: loss 3.6e-5,
+// first-step gradients 8.2e-3 of the largest element (a norm weight), eval 9.9e-6.
+constexpr double kBf16LossTolerance = 2e-4;
+constexpr double kBf16GradientTolerance = 3e-2;
 
 struct CpCase {
   int cp;
@@ -36,13 +44,16 @@ struct CpCase {
   int stage = 0;
   bool doc_mask = false;
   int grad_accum = 1;
+  bool checkpointing = false;  // activation checkpointing: the ring runs again in backward
+  DType dtype = DType::f32;
 };
 
 std::string describe(const CpCase& c) {
   return "cp " + std::to_string(c.cp) + ", fsdp " + std::to_string(c.fsdp) + ", tp " +
          std::to_string(c.tp) + ", stage " + std::to_string(c.stage) +
          (c.doc_mask ? ", document mask" : ", causal") + ", grad_accum " +
-         std::to_string(c.grad_accum);
+         std::to_string(c.grad_accum) + (c.checkpointing ? ", checkpointing" : "") + ", " +
+         std::string(dtype_name(c.dtype));
 }
 
 RunSpec spec_of(const CpCase& c) {
@@ -54,6 +65,8 @@ RunSpec spec_of(const CpCase& c) {
   spec.zero_stage = c.stage;
   spec.doc_mask = c.doc_mask;
   spec.grad_accum = c.grad_accum;
+  spec.activation_checkpointing = c.checkpointing;
+  spec.dtype = c.dtype;
   spec.lr = 3e-3;  // as the tp tests: a trajectory that rounding differences do not steer
   return spec;
 }
@@ -90,21 +103,24 @@ TEST_P(ContextParallelEqualsOneProcess, LossCurveAndFirstGradientsMatch) {
   const double gradient_difference =
       max_tensor_difference(reference.model().full_trainable_layout(),
                             distributed.all_gradients(), reference.all_gradients(), worst_name);
-  EXPECT_LE(gradient_difference, kGradientTolerance) << describe(c) << ", worst " << worst_name;
+  const bool bf16 = c.dtype == DType::bf16;
+  const double loss_tolerance = bf16 ? kBf16LossTolerance : kLossTolerance;
+  EXPECT_LE(gradient_difference, bf16 ? kBf16GradientTolerance : kGradientTolerance)
+      << describe(c) << ", worst " << worst_name;
 
   Curve got = ptest::run_steps(distributed, 1, kSteps);
   Curve want = ptest::run_steps(reference, 1, kSteps);
   got.losses.insert(got.losses.begin(), first_got.losses.front());
   want.losses.insert(want.losses.begin(), first_want.losses.front());
   const double loss_difference = max_relative_difference(got.losses, want.losses);
-  EXPECT_LE(loss_difference, kLossTolerance) << describe(c);
+  EXPECT_LE(loss_difference, loss_tolerance) << describe(c);
   EXPECT_GT(std::abs(want.losses.front() - want.losses.back()), 1e-3) << "the run must learn";
 
   const LossSum eval_got = distributed.evaluate(3);
   const LossSum eval_want = reference.evaluate(3);
   EXPECT_EQ(eval_got.count, eval_want.count);
   const double eval_difference = std::abs(eval_got.sum - eval_want.sum) / eval_want.sum;
-  EXPECT_LE(eval_difference, kLossTolerance) << describe(c);
+  EXPECT_LE(eval_difference, loss_tolerance) << describe(c);
   if (world.rank() == 0) {
     std::printf("[ measured ] %s: max relative loss difference %.3g over %d steps, max "
                 "first-step gradient difference %.3g (%s), eval %.3g\n",
@@ -117,7 +133,39 @@ INSTANTIATE_TEST_SUITE_P(
     Meshes, ContextParallelEqualsOneProcess,
     ::testing::Values(CpCase{2}, CpCase{2, 1, 1, 0, true, 2}, CpCase{4}, CpCase{4, 1, 1, 0, true},
                       // cp 2 x fsdp 2 (ZeRO-3 over fsdp, cp ranks as replicas), cp 2 x tp 2.
-                      CpCase{2, 2, 1, 3, true}, CpCase{2, 1, 2, 1}));
+                      CpCase{2, 2, 1, 3, true}, CpCase{2, 1, 2, 1},
+                      CpCase{2, 1, 1, 0, true, 1, true}, CpCase{4, 1, 1, 2, false, 1, true}));
+
+// bf16 compute, with the bf16 tolerances above.
+INSTANTIATE_TEST_SUITE_P(Bf16, ContextParallelEqualsOneProcess,
+                         ::testing::Values(CpCase{2, 1, 1, 0, true, 1, false, DType::bf16}));
+
+// Rank placement at tp 2 x cp 2 (4 ranks) and at cp 2 x fsdp 2: tp innermost, then cp; the cp
+// ranks of a group read the same samples and sit next to each other in the data communicator.
+TEST(ContextParallelMesh, PlacesTpThenCpThenTheDataAxes) {
+  Communicator& world = anvil::world();
+  if (world.size() != 4) GTEST_SKIP() << "runs with 4 ranks";
+  const int r = world.rank();
+  ParallelSettings tp_cp;
+  tp_cp.tp = 2;
+  tp_cp.cp = 2;
+  const DeviceMesh a(world, tp_cp);
+  EXPECT_EQ(a.tp_index(), r % 2);
+  EXPECT_EQ(a.cp_index(), r / 2);
+  EXPECT_EQ(a.sample_rank(), 0);
+  EXPECT_EQ(a.data_rank(), r / 2);
+  EXPECT_EQ(a.data_world(), 2);
+  ParallelSettings cp_fsdp;
+  cp_fsdp.cp = 2;
+  cp_fsdp.zero_stage = 3;
+  const DeviceMesh b(world, cp_fsdp);
+  EXPECT_EQ(b.shape().fsdp, 2);
+  EXPECT_EQ(b.cp_index(), r % 2);
+  EXPECT_EQ(b.sample_rank(), r / 2);
+  EXPECT_EQ(b.fsdp_index(), r / 2);
+  EXPECT_EQ(b.dp_index(), r % 2) << "the cp ranks are the replicas of an fsdp shard";
+  EXPECT_EQ(b.dp().size(), 2);
+}
 
 // The ring moves, per layer and micro-batch, (cp - 1) key/value blocks forward and again in
 // backward, plus cp dK/dV accumulators (f32) in backward; the engine adds nothing on the cp
