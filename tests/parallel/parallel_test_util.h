@@ -65,6 +65,8 @@ struct RunSpec {
   // Document ids that cut each sample into documents of 5 positions, shifted by the sample
   // index so that boundaries fall at different places (and across cp chunks).
   bool doc_mask = false;
+  // Each layer's window, sparse pattern and sinks (ModelOptions::attention).
+  AttentionSchedule attention;
 
   LlamaConfig config() const {
     LlamaConfig c = tiny_config(tied);
@@ -96,6 +98,7 @@ class Harness {
     options.max_seq = spec.seq / spec.cp;  // a cp rank holds seq / cp rows of each sample
     options.compute_dtype = spec.dtype;
     options.activation_checkpointing = spec.activation_checkpointing;
+    options.attention = spec.attention;
     if (spec.lora_r > 0) {
       options.lora.r = spec.lora_r;
       options.lora.alpha = 2.0f * static_cast<float>(spec.lora_r);

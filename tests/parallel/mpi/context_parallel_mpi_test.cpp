@@ -4,10 +4,10 @@
 // the sums run in another order and results agree to rounding, not bit for bit. Tolerances
 // (f32, what these runs measure with margin; the tp tests use the same): loss curves within
 // 1e-5 relative, every parameter's first-step gradient within 1e-5 of its largest element,
-// evaluation loss within 1e-5. Causal and document masks (documents cross chunk boundaries);
-// cp 2 and cp 4, cp 2 x fsdp 2 under ZeRO-3, cp 2 x tp 2, activation checkpointing, and one
-// bf16 run (its own tolerances, below). Also: rank placement, and the ring's traffic is what
-// the layout says it is.
+// evaluation loss within 1e-5. Causal, document (documents cross chunk boundaries), strided
+// and lines masks with windows and sinks; cp 2 and cp 4, cp 2 x fsdp 2 under ZeRO-3, cp 2 x
+// tp 2, activation checkpointing, and one bf16 run (its own tolerances, below). Also: rank
+// placement, and the ring's traffic is what the layout says it is.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,14 +46,35 @@ struct CpCase {
   int grad_accum = 1;
   bool checkpointing = false;  // activation checkpointing: the ring runs again in backward
   DType dtype = DType::f32;
+  // 0: causal (and documents) only; 1: strided segments of 2 with stride 3 and one sink key;
+  // 2: lines over segments of 2 within a window of 7, two sinks, every second layer dense.
+  int sparse = 0;
 };
+
+AttentionSchedule sparse_schedule(int kind) {
+  AttentionSchedule schedule;
+  if (kind == 0) return schedule;
+  schedule.segment = 2;
+  if (kind == 1) {
+    schedule.pattern = SparsePattern::strided;
+    schedule.stride = 3;
+    schedule.sinks = 1;
+  } else {
+    schedule.pattern = SparsePattern::lines;
+    schedule.window = 7;
+    schedule.sinks = 2;
+    schedule.dense_every = 2;
+  }
+  return schedule;
+}
 
 std::string describe(const CpCase& c) {
   return "cp " + std::to_string(c.cp) + ", fsdp " + std::to_string(c.fsdp) + ", tp " +
          std::to_string(c.tp) + ", stage " + std::to_string(c.stage) +
          (c.doc_mask ? ", document mask" : ", causal") + ", grad_accum " +
          std::to_string(c.grad_accum) + (c.checkpointing ? ", checkpointing" : "") + ", " +
-         std::string(dtype_name(c.dtype));
+         std::string(dtype_name(c.dtype)) +
+         (c.sparse ? ", sparse " + std::to_string(c.sparse) : std::string());
 }
 
 RunSpec spec_of(const CpCase& c) {
@@ -67,6 +88,7 @@ RunSpec spec_of(const CpCase& c) {
   spec.grad_accum = c.grad_accum;
   spec.activation_checkpointing = c.checkpointing;
   spec.dtype = c.dtype;
+  spec.attention = sparse_schedule(c.sparse);
   spec.lr = 3e-3;  // as the tp tests: a trajectory that rounding differences do not steer
   return spec;
 }
@@ -135,6 +157,15 @@ INSTANTIATE_TEST_SUITE_P(
                       // cp 2 x fsdp 2 (ZeRO-3 over fsdp, cp ranks as replicas), cp 2 x tp 2.
                       CpCase{2, 2, 1, 3, true}, CpCase{2, 1, 2, 1},
                       CpCase{2, 1, 1, 0, true, 1, true}, CpCase{4, 1, 1, 2, false, 1, true}));
+
+// Sparse masks (the [attention] section): the ring passes each layer's rule to every block.
+INSTANTIATE_TEST_SUITE_P(
+    SparseMasks, ContextParallelEqualsOneProcess,
+    ::testing::Values(CpCase{2, 1, 1, 0, true, 1, false, DType::f32, 1},
+                      CpCase{4, 1, 1, 0, false, 1, false, DType::f32, 2},
+                      // Without documents: 5-position documents already hide what the
+                      // lines rule would (their segments are at most 2 apart).
+                      CpCase{2, 2, 1, 3, false, 1, true, DType::f32, 2}));
 
 // bf16 compute, with the bf16 tolerances above.
 INSTANTIATE_TEST_SUITE_P(Bf16, ContextParallelEqualsOneProcess,
