@@ -1,9 +1,9 @@
 // A Communicator that counts the payload bytes this rank hands to each collective and then
 // forwards the call unchanged: all_reduce and broadcast count the tensor, reduce_scatter its
-// input, all_gather its output, send and recv (blocking or async) their tensor. These are the sizes a
-// communication-volume formula speaks of (what a ring algorithm puts on the wire per rank is
-// 2(p-1)/p of an all-reduce's payload and (p-1)/p of the others'). The parallel layer wraps
-// each mesh axis in one, so a run can report the bytes per step of every axis.
+// input, all_gather its output, send and recv (blocking or async) their tensor. These are the
+// sizes a communication-volume formula speaks of (what a ring algorithm puts on the wire per
+// rank is 2(p-1)/p of an all-reduce's payload and (p-1)/p of the others'). The parallel layer
+// wraps each mesh axis in one, so a run can report the bytes per step of every axis.
 #pragma once
 
 #include <atomic>

@@ -1,9 +1,9 @@
 // BlockContext: what every block function of one step shares: the backend, the config, the
 // step's (B, T), positions, the attention mask settings and the ones vector used for biases.
 // It is rebuilt per step from arena views and never owns memory. Under context parallelism
-// `cp` holds the ring exchange and the rows are the rank's chunks of each sequence. Under tensor parallelism
-// `config` holds the shard's shapes (tp_shard_config) and `tp` the collectives the blocks call
-// where a split matmul's partial results meet.
+// `cp` holds the ring exchange and the rows are the rank's chunks of each sequence. Under
+// tensor parallelism `config` holds the shard's shapes (tp_shard_config) and `tp` the
+// collectives the blocks call where a split matmul's partial results meet.
 #pragma once
 
 #include "backend/backend.h"

@@ -351,8 +351,9 @@ void cp_attention_backward(Backend& backend, const ContextParallel& cp,
           keys = half_rows(backend, held[0], kh, stage.k);
           values = half_rows(backend, held[1], kh, stage.v);
         }
+        const AttentionParams block = block_params(params, q_begin, k_begin);
         backend.attention_backward(grads[qh], queries[qh], keys, values, outs[qh], lses[qh],
-                                   dq_part, dk_part, dv_part, block_params(params, q_begin, k_begin));
+                                   dq_part, dk_part, dv_part, block);
         backend.axpy(1.0f, dq_part, dq_sum[qh]);
         put_half_rows(backend, dk_part, kh, contribution[0], Put::add);
         put_half_rows(backend, dv_part, kh, contribution[1], Put::add);

@@ -380,9 +380,8 @@ StepOutcome Trainer::train_step(int64_t step) {
   std::vector<Batch> micro_batches;
   for (int m = 0; m < grad_accum_; ++m) {
     const int64_t row = int64_t{m} * micro_batch_;
-    train_batch_.fill(*data_.train, row,
-                      progress_.cursor.next_sample + layout.first_sample(0, m, mesh_->sample_rank()),
-                      micro_batch_);
+    const int64_t first = layout.first_sample(0, m, mesh_->sample_rank());
+    train_batch_.fill(*data_.train, row, progress_.cursor.next_sample + first, micro_batch_);
     micro_batches.push_back(
         train_batch_.micro_batch(row, micro_batch_, views[static_cast<size_t>(m)]));
   }

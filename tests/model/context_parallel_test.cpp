@@ -1,7 +1,8 @@
 // Context parallelism in one process: the chunk layout (which global positions a cp rank's
 // rows hold, how a batch is cut, the seq_len check), the block visibility rule, and ring
-// attention itself under causal, document, window, strided and lines masks with sinks. For the latter, cp threads play the cp ranks over an in-memory ring (each
-// send is copied into the next rank's mailbox, so no exchange blocks another), and every
+// attention itself under causal, document, window, strided and lines masks with sinks. For the
+// latter, cp threads play the cp ranks over an in-memory ring (each send is copied into the
+// next rank's mailbox, so no exchange blocks another), and every
 // rank's out, dq, dk and dv must equal the rows of one whole-sequence attention (the CPU
 // reference backend) to 2e-6: only the order of the softmax sums differs.
 #include <gtest/gtest.h>

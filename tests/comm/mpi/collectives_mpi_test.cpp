@@ -1,7 +1,8 @@
 // The MPI communicator's collectives against values every rank can compute on its own:
 // sums (exact, integer-valued floats, so any summation order gives the same answer), max with
 // NaN and signed zeros, reduce_scatter slices, all_gather order, broadcast from every root,
-// integer and 16-bit dtypes, the async ring exchange, and the message MPI_CHECK gives when MPI reports an error.
+// integer and 16-bit dtypes, the async ring exchange, and the message MPI_CHECK gives when MPI
+// reports an error.
 #include <gtest/gtest.h>
 
 #include <climits>
