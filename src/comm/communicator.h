@@ -81,6 +81,12 @@ class Communicator {
   virtual std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
                                                            ReduceOp op = ReduceOp::sum) = 0;
   virtual std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) = 0;
+  // Non-blocking point to point (MPI_Isend / MPI_Irecv): start the transfer and return at once;
+  // `t` must stay alive and untouched until the handle's wait() returns. Messages between two
+  // ranks match in start order, blocking and async alike, so a ring where every rank starts
+  // its send to the next rank and its recv from the previous one cannot deadlock.
+  virtual std::unique_ptr<CommHandle> send_async(const Tensor& t, int peer) = 0;
+  virtual std::unique_ptr<CommHandle> recv_async(const Tensor& t, int peer) = 0;
 };
 
 // Returns the world communicator: MPI when built with MPI and launched by a process manager

@@ -58,4 +58,14 @@ std::unique_ptr<CommHandle> CountingCommunicator::all_gather_async(const Tensor&
   return inner_->all_gather_async(in, out);
 }
 
+std::unique_ptr<CommHandle> CountingCommunicator::send_async(const Tensor& t, int peer) {
+  count(t);
+  return inner_->send_async(t, peer);
+}
+
+std::unique_ptr<CommHandle> CountingCommunicator::recv_async(const Tensor& t, int peer) {
+  count(t);
+  return inner_->recv_async(t, peer);
+}
+
 }  // namespace anvil

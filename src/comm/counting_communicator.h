@@ -1,9 +1,9 @@
 // A Communicator that counts the payload bytes this rank hands to each collective and then
 // forwards the call unchanged: all_reduce and broadcast count the tensor, reduce_scatter its
-// input, all_gather its output, send and recv their tensor. These are the sizes a
-// communication-volume formula speaks of (what a ring algorithm puts on the wire per rank is
-// 2(p-1)/p of an all-reduce's payload and (p-1)/p of the others'). The parallel layer wraps
-// each mesh axis in one, so a run can report the bytes per step of every axis.
+// input, all_gather its output, send and recv (blocking or async) their tensor. These are the
+// sizes a communication-volume formula speaks of (what a ring algorithm puts on the wire per
+// rank is 2(p-1)/p of an all-reduce's payload and (p-1)/p of the others'). The parallel layer
+// wraps each mesh axis in one, so a run can report the bytes per step of every axis.
 #pragma once
 
 #include <atomic>
@@ -35,6 +35,8 @@ class CountingCommunicator final : public Communicator {
   std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
                                                    ReduceOp op) override;
   std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override;
+  std::unique_ptr<CommHandle> send_async(const Tensor& t, int peer) override;
+  std::unique_ptr<CommHandle> recv_async(const Tensor& t, int peer) override;
 
  private:
   void count(const Tensor& t) {

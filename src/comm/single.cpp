@@ -1,6 +1,7 @@
 // The single-process communicator: rank 0 of a group of one. Reductions over one rank leave
 // the data as it is; reduce_scatter and all_gather copy (the one slice is the whole tensor);
-// send/recv to oneself go through a FIFO so code written for a ring of ranks also runs on one.
+// send/recv to oneself go through a FIFO so code written for a ring of ranks also runs on one
+// (recv_async takes its message from the FIFO when waited on).
 // Arguments are checked exactly as the MPI communicator checks them.
 #include <cstring>
 #include <deque>
@@ -83,7 +84,35 @@ class SingleProcessCommunicator final : public Communicator {
     return make_completed_handle();
   }
 
+  std::unique_ptr<CommHandle> send_async(const Tensor& t, int peer) override {
+    send(t, peer);
+    return make_completed_handle();
+  }
+
+  // The message may be sent after this call (a ring posts its receive first), so the copy
+  // out of the FIFO happens in wait().
+  std::unique_ptr<CommHandle> recv_async(const Tensor& t, int peer) override {
+    check_rank_arg(peer, 1, "recv peer");
+    check_host_tensor(t, "recv tensor");
+    return std::make_unique<DeferredRecv>(*this, t);
+  }
+
  private:
+  class DeferredRecv final : public CommHandle {
+   public:
+    DeferredRecv(SingleProcessCommunicator& comm, const Tensor& t) : comm_(&comm), tensor_(t) {}
+    void wait() override {
+      if (done_) return;
+      done_ = true;
+      comm_->recv(tensor_, 0);
+    }
+
+   private:
+    SingleProcessCommunicator* comm_;
+    Tensor tensor_;
+    bool done_ = false;
+  };
+
   struct Message {
     DType dtype;
     int64_t count;

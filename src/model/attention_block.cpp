@@ -1,9 +1,11 @@
 // Attention half of a Llama layer: rmsnorm, q/k/v projections (+ Qwen2 bias, + LoRA),
 // rotate-half RoPE, GQA causal attention (the layer's window/sparse mask, optional document
-// mask), o projection and the residual add. Adapters add to a projection's output before rope and the residual add, as
+// mask; a ring over the cp ranks under context parallelism), o projection and the residual
+// add. Adapters add to a projection's output before rope and the residual add, as
 // PEFT's lora.Linear wraps the whole base projection.
 #include "model/attention_block.h"
 
+#include "model/context_parallel.h"
 #include "model/linear.h"
 
 namespace anvil {
@@ -55,7 +57,12 @@ void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, co
 void attention_block_forward(const BlockContext& ctx, int layer, const LayerWeights& w,
                              const Tensor& x, LayerActivations& a, const LoraLayerStep* lora) {
   attention_qkv_forward(ctx, w, x, a, lora);
-  ctx.backend->attention_forward(a.q, a.k, a.v, a.attn_out, a.attn_lse, ctx.attention(layer));
+  if (ctx.cp.enabled()) {
+    cp_attention_forward(*ctx.backend, ctx.cp, *ctx.cp_scratch, a.q, a.k, a.v, a.attn_out,
+                         a.attn_lse, ctx.attention(layer));
+  } else {
+    ctx.backend->attention_forward(a.q, a.k, a.v, a.attn_out, a.attn_lse, ctx.attention(layer));
+  }
   attention_output_forward(ctx, w, x, a, lora);
 }
 
@@ -70,8 +77,13 @@ void attention_block_backward(const BlockContext& ctx, int layer, const LayerWei
   weight_grad(backend, d_resid_mid, a.attn_out, g.wo);
   if (lora) lora_backward(*lora, LoraTarget::o_proj, a.attn_out, d_resid_mid, s.d_attn_out);
   // attention: dq, dk, dv =; then undo the rotation in place.
-  backend.attention_backward(s.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, s.dq, s.dk, s.dv,
-                             ctx.attention(layer));
+  if (ctx.cp.enabled()) {
+    cp_attention_backward(backend, ctx.cp, *ctx.cp_scratch, s.d_attn_out, a.q, a.k, a.v,
+                          a.attn_out, a.attn_lse, s.dq, s.dk, s.dv, ctx.attention(layer));
+  } else {
+    backend.attention_backward(s.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, s.dq, s.dk,
+                               s.dv, ctx.attention(layer));
+  }
   backend.rope_backward(s.dq, s.dq, ctx.positions, ctx.rope);
   backend.rope_backward(s.dk, s.dk, ctx.positions, ctx.rope);
   if (ctx.config->attention_bias && g.bq.defined()) {

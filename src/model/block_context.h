@@ -1,13 +1,15 @@
 // BlockContext: what every block function of one step shares: the backend, the config, the
 // step's (B, T), positions, the attention mask settings and the ones vector used for biases.
-// It is rebuilt per step from arena views and never owns memory. Under tensor parallelism
-// `config` holds the shard's shapes (tp_shard_config) and `tp` the collectives the blocks call
-// where a split matmul's partial results meet.
+// It is rebuilt per step from arena views and never owns memory. Under context parallelism
+// `cp` holds the ring exchange and the rows are the rank's chunks of each sequence. Under
+// tensor parallelism `config` holds the shard's shapes (tp_shard_config) and `tp` the
+// collectives the blocks call where a split matmul's partial results meet.
 #pragma once
 
 #include "backend/backend.h"
 #include "model/activations.h"
 #include "model/attention_schedule.h"
+#include "model/context_parallel.h"
 #include "model/llama_config.h"
 #include "model/tensor_parallel.h"
 
@@ -20,7 +22,9 @@ struct BlockContext {
   const LlamaConfig* config = nullptr;
   StepDims dims;
   Tensor positions;  // (B, T) i32 absolute positions of the rows
-  Tensor doc_ids;    // (B, T) i32, or undefined for plain causal attention
+  // (B, T) i32, or undefined for plain causal attention; under context parallelism (B, T x cp):
+  // the whole sequences' ids, indexed by absolute position.
+  Tensor doc_ids;
   AttentionSchedule attention_schedule;  // each layer's window, sparse pattern and sinks
   Tensor ones;       // (N, 1) f32 ones when the config has attention bias
   RopeParams rope;
@@ -28,6 +32,10 @@ struct BlockContext {
   // writes one, and a frozen base has no gradient buffer to receive it. Undefined otherwise.
   Tensor norm_grad_sink;
   TensorParallel tp;
+  // Context parallelism: the rows are this cp rank's chunks of each sequence (positions holds
+  // their global positions) and attention runs as a ring (model/context_parallel.h).
+  ContextParallel cp;
+  ContextParallelScratch* cp_scratch = nullptr;  // the ring's buffers when cp > 1
   int64_t vocab_begin = 0;  // first vocabulary row of this tp rank's embedding and head shards
   VocabParallelScratch* vocab_parallel = nullptr;  // the head's buffers under tp; else nullptr
   // Rows of the residual stream this rank holds: dims.rows(), or under sequence parallelism

@@ -63,15 +63,20 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
               "[model] tensor parallelism needs the tp collectives (ModelOptions::tp.ops)");
   ANVIL_CHECK(!tp.sequence_parallel || tp.enabled(),
               "[model] sequence parallelism splits the sequence over tp ranks; it needs tp > 1");
-  if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len;
+  const ContextParallel& cp = options_.cp;
+  ANVIL_CHECK(cp.rank >= 0 && cp.rank < cp.size, "[model] cp rank {} outside 0..{}", cp.rank,
+              cp.size - 1);
+  ANVIL_CHECK(!cp.enabled() || cp.ops != nullptr,
+              "[model] context parallelism needs the ring exchange (ModelOptions::cp.ops)");
+  if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len / cp.size;
   ANVIL_CHECK(options_.compute_dtype == DType::f32 || options_.compute_dtype == DType::bf16,
               "[model] compute dtype must be f32 or bf16, got {}",
               dtype_name(options_.compute_dtype));
   ANVIL_CHECK(options_.max_batch >= 1, "[model] max_batch must be at least 1, got {}",
               options_.max_batch);
-  ANVIL_CHECK(options_.max_seq >= 1 && options_.max_seq <= config_.max_seq_len,
-              "[model] max_seq {} must be in 1..max_seq_len ({})", options_.max_seq,
-              config_.max_seq_len);
+  ANVIL_CHECK(options_.max_seq >= 1 && int64_t{options_.max_seq} * cp.size <= config_.max_seq_len,
+              "[model] max_seq {} (x cp {}) must be in 1..max_seq_len ({})", options_.max_seq,
+              cp.size, config_.max_seq_len);
   ANVIL_CHECK(options_.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
               options_.logits_chunk_rows);
   const bool lora = options_.lora.enabled();
@@ -88,6 +93,11 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   } else {
     ANVIL_CHECK(!options_.lora_base_dtype, "[model] lora_base_dtype is set, but LoRA is off");
   }
+  // Dropout masks are drawn per local row; the cp ranks' rows would share them.
+  ANVIL_CHECK(!cp.enabled() || !lora || options_.lora.dropout == 0.0f,
+              "[model] LoRA dropout is not supported under context parallelism yet (cp = {}); "
+              "set lora.dropout = 0",
+              cp.size);
   layout_ = make_llama_layout(config_, options_.decay_embeddings);
   full_layout_ =
       tp.enabled() ? make_llama_layout(full_config_, options_.decay_embeddings) : layout_;
@@ -124,6 +134,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
     }
     if (tp.enabled()) vocab_parallel_.carve(arena, chunk, tp.size);
   });
+  if (cp.enabled()) {
+    cp_scratch_ = std::make_unique<ContextParallelScratch>(
+        backend, config_, cp.size, options_.max_batch, options_.max_seq, options_.compute_dtype);
+  }
   if (config_.attention_bias) {
     if (options_.compute_dtype == DType::f32) {
       const std::vector<float> ones(static_cast<size_t>(max_rows), 1.0f);
@@ -209,16 +223,28 @@ StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
     check_batch_tensor(*loss_mask, bt, DType::f32, "loss_mask");
     mask_view_ = on_device(*backend_, *loss_mask, acts_.loss_mask);
   }
+  const ContextParallel& cp = options_.cp;
+  ANVIL_CHECK(!cp.enabled() || dims.seq % 2 == 0,
+              "[model] under context parallelism a rank holds two equal chunks of each sequence, "
+              "so its rows per sample must be even, got {}",
+              dims.seq);
   doc_ids_view_ = Tensor();
   if (doc_ids) {
-    check_batch_tensor(*doc_ids, bt, DType::i32, "doc_ids");
-    doc_ids_view_ = on_device(*backend_, *doc_ids, acts_.doc_ids).view(bt);
+    // Under context parallelism the ids cover whole sequences (attention compares absolute
+    // positions across every rank's chunks).
+    const Shape whole{dims.batch, int64_t{dims.seq} * cp.size};
+    check_batch_tensor(*doc_ids, whole, DType::i32, "doc_ids");
+    const Tensor staging = cp.enabled() ? cp_scratch_->doc_ids.as(DType::i32, Shape{whole.numel()})
+                                        : acts_.doc_ids;
+    doc_ids_view_ = on_device(*backend_, *doc_ids, staging).view(whole);
   }
   if (dims.batch != positions_dims_.batch || dims.seq != positions_dims_.seq ||
       position_offset != positions_offset_) {
     for (int b = 0; b < dims.batch; ++b) {
       for (int t = 0; t < dims.seq; ++t) {
-        host_positions_[static_cast<size_t>(b) * dims.seq + t] = position_offset + t;
+        const int64_t position = cp.enabled() ? cp_global_position(cp, t, dims.seq) : t;
+        host_positions_[static_cast<size_t>(b) * dims.seq + t] =
+            position_offset + static_cast<int32_t>(position);
       }
     }
     backend_->copy_from_host(acts_.positions.flat(0, dims.rows()), host_positions_.data());
@@ -240,6 +266,8 @@ BlockContext LlamaModel::make_context(StepDims dims) const {
   ctx.rope = config_.rope_params();
   ctx.norm_grad_sink = norm_grad_sink_;
   ctx.tp = options_.tp;
+  ctx.cp = options_.cp;
+  ctx.cp_scratch = cp_scratch_.get();
   ctx.local_rows = dims.rows();
   if (options_.tp.splits_sequence()) {
     ctx.local_rows = dims.rows() / options_.tp.size;
@@ -352,9 +380,9 @@ LossSum LlamaModel::forward_loss(const Batch& batch) {
 }
 
 void LlamaModel::forward_logits(const Tensor& tokens, const Tensor& logits, const Tensor* doc_ids) {
-  ANVIL_CHECK(!options_.tp.enabled(),
-              "[model] forward_logits needs the whole model; it is not available under tensor "
-              "parallelism");
+  ANVIL_CHECK(!options_.tp.enabled() && !options_.cp.enabled(),
+              "[model] forward_logits needs the whole model and whole sequences; it is not "
+              "available under tensor or context parallelism");
   const StepDims dims = prepare_inputs(tokens, nullptr, nullptr, doc_ids, 0);
   check_shape(logits, Shape{dims.batch, dims.seq, config_.vocab_size}, "logits");
   check_dtype(logits, DType::f32, "logits");

@@ -18,6 +18,7 @@
 #include "model/batch.h"
 #include "model/block_context.h"
 #include "model/compute_weights.h"
+#include "model/context_parallel.h"
 #include "model/head_block.h"
 #include "model/kv_cache.h"
 #include "model/llama_config.h"
@@ -58,6 +59,10 @@ struct ModelOptions {
   TensorParallel tp;
   // Each layer's attention mask beyond causal and documents (window, sparse pattern, sinks).
   AttentionSchedule attention;
+  // Context parallelism: each call's batch holds this cp rank's rows of every sequence
+  // (tokens, targets, mask (B, T / cp) in the layout of model/context_parallel.h; doc_ids the
+  // whole (B, T)), and max_seq counts local rows. Training and loss evaluation only.
+  ContextParallel cp;
 };
 
 // Bytes a model's own buffers hold, by purpose (what a parallel layer binds into the model is
@@ -225,6 +230,7 @@ class LlamaModel {
   std::shared_ptr<const ParameterLayout> full_layout_;       // layout_ without tp
   std::shared_ptr<const ParameterLayout> full_lora_layout_;  // LoRA only
   VocabParallelScratch vocab_parallel_;  // carved under tensor parallelism only
+  std::unique_ptr<ContextParallelScratch> cp_scratch_;  // under context parallelism only
   ParameterSet params_;
   ParameterSet grads_;
   LlamaWeights weights_;

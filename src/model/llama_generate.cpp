@@ -32,9 +32,9 @@ void cached_attention(Backend& backend, const KvCache& cache, AttentionParams pa
 }  // namespace
 
 void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor& logits) {
-  ANVIL_CHECK(!options_.tp.enabled(),
-              "[model] KV-cache decoding needs the whole model; it is not available under "
-              "tensor parallelism");
+  ANVIL_CHECK(!options_.tp.enabled() && !options_.cp.enabled(),
+              "[model] KV-cache decoding needs the whole model and whole sequences; it is not "
+              "available under tensor or context parallelism");
   const int start = cache.length();
   const StepDims dims = prepare_inputs(tokens, nullptr, nullptr, nullptr, start);
   cache.check_append(dims.batch, dims.seq);

@@ -48,7 +48,8 @@ void LlamaModel::merge_lora() {
 
 ModelMemory LlamaModel::memory() const {
   ModelMemory memory;
-  memory.activations = arena_.bytes();
+  // The ring attention's buffers (context parallelism) hold activations and their gradients.
+  memory.activations = arena_.bytes() + (cp_scratch_ ? cp_scratch_->bytes() : 0);
   const ParameterLayout& layout = *layout_;
   memory.compute_copies =
       compute_.enabled() ? layout_bytes(layout, dtype_size(options_.compute_dtype)) : 0;

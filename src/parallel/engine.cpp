@@ -43,6 +43,7 @@ ModelOptions DataParallelEngine::model_options(ModelOptions options, int zero_st
 
 ModelOptions DataParallelEngine::model_options(ModelOptions options, const DeviceMesh& mesh) {
   options.tp = mesh.tensor_parallel();
+  options.cp = mesh.context_parallel();
   return model_options(options, mesh.zero_stage());
 }
 
@@ -62,6 +63,11 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
               "[parallel] the model holds tp shard {} of {} but this rank is tp rank {} of {}; "
               "build it with DataParallelEngine::model_options(options, mesh)",
               tp.rank, tp.size, mesh.tp_index(), mesh.shape().tp);
+  const ContextParallel& cp = model.options().cp;
+  ANVIL_CHECK(cp.size == mesh.shape().cp && cp.rank == mesh.cp_index(),
+              "[parallel] the model holds the rows of cp rank {} of {} but this rank is cp rank {} "
+              "of {}; build it with DataParallelEngine::model_options(options, mesh)",
+              cp.rank, cp.size, mesh.cp_index(), mesh.shape().cp);
   norm_ranges_ = norm_ranges();
   ANVIL_CHECK(options.micro_batches >= 1, "[parallel] micro_batches must be >= 1, got {}",
               options.micro_batches);
@@ -201,10 +207,12 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
               "[parallel] a step takes {} micro-batches per rank, got {}", options_.micro_batches,
               micro_batches.size());
   Communicator& data = mesh_->data();
+  const std::span<const Batch> local_batches = rows_of_this_rank(micro_batches);
   // The loss is sum(token losses) / N over the global batch, so every micro-batch's
-  // gradient is scaled by 1/N with N counted on every rank before any backward runs.
+  // gradient is scaled by 1/N with N counted on every rank before any backward runs (under
+  // context parallelism each rank counts its own rows, and data() spans the cp ranks).
   int64_t local_tokens = 0;
-  for (const Batch& batch : micro_batches) local_tokens += model_->count_loss_tokens(batch);
+  for (const Batch& batch : local_batches) local_tokens += model_->count_loss_tokens(batch);
   StepReport report;
   report.loss.count = all_ranks_sum(data, local_tokens);
   ANVIL_CHECK(report.loss.count > 0, "[parallel] the global batch has no trained target tokens");
@@ -214,13 +222,15 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   std::vector<double> loss_sums(micro_batches.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     micro_step_ = static_cast<int>(m);
-    model_->set_dropout_micro_batch(static_cast<int64_t>(m) * data.size() + data.rank());
+    model_->set_dropout_micro_batch(static_cast<int64_t>(m) * mesh_->sample_world() +
+                                    mesh_->sample_rank());
     begin_pass(Pass::train);
-    loss_sums[m] = model_->forward_backward(micro_batches[m], grad_scale).sum;
+    loss_sums[m] = model_->forward_backward(local_batches[m], grad_scale).sum;
     end_pass();
     finish_micro_step(m + 1 == micro_batches.size());
   }
-  // Global micro-batch j = m * world + r: add the sums in that order, as one process would.
+  // Global micro-batch j = m * world + r: add the sums in that order, as one process would
+  // (under context parallelism each micro-batch's sum is itself its cp ranks' partial sums).
   const std::vector<double> all_sums = all_gather_doubles(data, loss_sums);
   const size_t ranks = static_cast<size_t>(data.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
@@ -304,17 +314,31 @@ void DataParallelEngine::publish_weights() {
   for (auto& gather : gathers) gather->wait();
 }
 
+std::span<const Batch> DataParallelEngine::rows_of_this_rank(std::span<const Batch> batches) {
+  const ContextParallel& cp = model_->options().cp;
+  if (!cp.enabled()) return batches;
+  local_rows_.resize(batches.size());
+  local_batches_.clear();
+  for (size_t i = 0; i < batches.size(); ++i)
+    local_batches_.push_back(cp_local_batch(cp, batches[i], local_rows_[i]));
+  return local_batches_;
+}
+
 LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(int64_t)>& batch_at) {
   Communicator& data = mesh_->data();
-  const int ranks = data.size();
+  // The cp ranks of a group evaluate the same batches (each its rows): batches go round the
+  // sample ranks, and the sums round all of data() (sample rank r's cp ranks are r cp + i).
+  const int ranks = mesh_->sample_world();
+  const int cp_size = mesh_->shape().cp;
   const int64_t rounds = (count + ranks - 1) / ranks;
   std::vector<double> sums(static_cast<size_t>(rounds), 0.0);
   std::vector<int64_t> counts(static_cast<size_t>(rounds), 0);
   for (int64_t k = 0; k < rounds; ++k) {
-    const int64_t index = k * ranks + data.rank();
+    const int64_t index = k * ranks + mesh_->sample_rank();
     if (index < count) {
+      const Batch whole = batch_at(index);
       begin_pass(Pass::eval);
-      const LossSum loss = model_->forward_loss(batch_at(index));
+      const LossSum loss = model_->forward_loss(rows_of_this_rank({&whole, 1})[0]);
       end_pass();
       sums[static_cast<size_t>(k)] = loss.sum;
       counts[static_cast<size_t>(k)] = loss.count;
@@ -327,8 +351,10 @@ LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(in
   LossSum total;
   for (int64_t k = 0; k < rounds; ++k) {
     for (int r = 0; r < ranks && k * ranks + r < count; ++r) {
-      const size_t at = static_cast<size_t>(r * rounds + k);
-      total += LossSum{all_sums[at], all_counts[at]};
+      for (int i = 0; i < cp_size; ++i) {
+        const size_t at = static_cast<size_t>((r * cp_size + i) * rounds + k);
+        total += LossSum{all_sums[at], all_counts[at]};
+      }
     }
   }
   return total;

@@ -19,6 +19,11 @@
 // the tp ranks of a group read the same micro-batches. Replicated parameters (norms, one LoRA
 // factor of each adapter) get bitwise identical gradients on every tp rank (the model's tp
 // sums are ordered), so their copies stay identical; the gradient norm counts them once.
+// Context parallelism: every cp rank of a group is given the same whole-sequence micro-batches
+// and keeps its rows (model/context_parallel.h); data() spans the cp ranks, so token counts,
+// losses and gradients are summed over them like over extra data ranks, and ZeRO state is
+// replicated over them like over dp (dp() spans dp x cp). Exactness below then holds up to the
+// order in which ring attention merges partial results (a few ulps, not bits).
 // Exactness: the gradient of a step is defined as the serial sum g_0 + g_1 + ... + g_(n-1)
 // over the global batch's n micro-batches, each computed into zeroed buffers, in global
 // order j = m * world + r (micro-step m of data rank r). The engine reduces after every
@@ -168,6 +173,9 @@ class DataParallelEngine final : private GroupHooks {
     int64_t length = 0;
   };
 
+  // Returns `batches` (whole sequences) cut to this rank's rows under context parallelism
+  // (views into local_rows_, valid until the next call), else `batches` itself.
+  std::span<const Batch> rows_of_this_rank(std::span<const Batch> batches);
   void allocate_state(int micro_batches);
   // set_weights / gather_weights in this rank's own layout (trainable().layout()).
   void set_local_weights(int group, int64_t begin, int64_t count, const float* values);
@@ -234,6 +242,8 @@ class DataParallelEngine final : private GroupHooks {
   Pass pass_ = Pass::idle;
   int micro_step_ = 0;
   std::vector<int> weight_uses_;  // the order a pass reads groups (stage 3 prefetch)
+  std::vector<CpLocalBatch> local_rows_;  // context parallelism: this rank's rows of a step
+  std::vector<Batch> local_batches_;
   size_t use_position_ = 0;
 };
 

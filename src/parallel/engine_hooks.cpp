@@ -198,7 +198,7 @@ void DataParallelEngine::poll_reductions(bool wait_for_one) {
       }
       p.scatter.reset();
       gradient_slots_.set_in_use(p.slot, false);
-      if (mesh_->shape().dp > 1) {
+      if (mesh_->dp().size() > 1) {
         const GroupShard& s = plan_.group(p.group);
         const Tensor shard =
             storage_[static_cast<size_t>(p.group)].grad_shard.as(DType::f32, Shape{s.shard});

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "comm/counting_communicator.h"
 #include "core/error.h"
 
@@ -25,6 +27,43 @@ class CommunicatorTensorParallel final : public TensorParallelOps {
   Communicator* comm_;
 };
 
+// The ring exchange over the cp communicator: one non-blocking send to the next rank and one
+// receive from the previous rank per tensor.
+class CommunicatorRingExchange final : public RingExchange {
+ public:
+  void add(std::unique_ptr<CommHandle> handle) { handles_.push_back(std::move(handle)); }
+  void wait() override {
+    for (auto& handle : handles_) handle->wait();
+    handles_.clear();
+  }
+  void progress() override {
+    for (auto& handle : handles_) handle->test();
+  }
+
+ private:
+  std::vector<std::unique_ptr<CommHandle>> handles_;
+};
+
+class CommunicatorContextParallel final : public ContextParallelOps {
+ public:
+  explicit CommunicatorContextParallel(Communicator& comm) : comm_(&comm) {}
+  std::unique_ptr<RingExchange> ring_shift(std::span<const Tensor> send,
+                                           std::span<const Tensor> recv) override {
+    ANVIL_CHECK(send.size() == recv.size(),
+                "[parallel] a ring exchange sends {} tensors but receives {}", send.size(),
+                recv.size());
+    const int size = comm_->size(), rank = comm_->rank();
+    auto exchange = std::make_unique<CommunicatorRingExchange>();
+    // Receives are posted first so that the messages land in place as soon as they arrive.
+    for (const Tensor& t : recv) exchange->add(comm_->recv_async(t, (rank + size - 1) % size));
+    for (const Tensor& t : send) exchange->add(comm_->send_async(t, (rank + 1) % size));
+    return exchange;
+  }
+
+ private:
+  Communicator* comm_;
+};
+
 }  // namespace
 
 MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
@@ -38,36 +77,47 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
               "[parallel] sequence parallelism splits the sequence over the tp ranks; it needs "
               "tp > 1, got {}",
               settings.tp);
-  ANVIL_CHECK(world_size % settings.tp == 0,
-              "[parallel] tp = {} does not divide the {} ranks of the world", settings.tp,
+  ANVIL_CHECK(settings.cp >= 1, "[parallel] cp must be at least 1, got {}", settings.cp);
+  // Messages name cp only when it is in use.
+  const bool with_cp = settings.cp > 1;
+  ANVIL_CHECK(world_size % (settings.tp * settings.cp) == 0,
+              "[parallel] {} = {} does not divide the {} ranks of the world",
+              with_cp ? "tp x cp" : "tp",
+              with_cp ? fmt::format("{} x {}", settings.tp, settings.cp)
+                      : std::to_string(settings.tp),
               world_size);
   MeshShape shape;
   shape.tp = settings.tp;
-  const int rest = world_size / shape.tp;
+  shape.cp = settings.cp;
+  const int rest = world_size / (shape.tp * shape.cp);
   if (settings.dp == 0 && settings.fsdp == 0) {
     shape.dp = settings.zero_stage == 0 ? rest : 1;
     shape.fsdp = settings.zero_stage == 0 ? 1 : rest;
   } else if (settings.dp == 0) {
     ANVIL_CHECK(rest % settings.fsdp == 0,
-                "[parallel] fsdp = {} does not divide the {} ranks of the world (tp = {})",
-                settings.fsdp, world_size, shape.tp);
+                "[parallel] fsdp = {} does not divide the {} ranks of the world (tp = {}{})",
+                settings.fsdp, world_size, shape.tp,
+                with_cp ? fmt::format(", cp = {}", shape.cp) : std::string());
     shape.fsdp = settings.fsdp;
     shape.dp = rest / settings.fsdp;
   } else if (settings.fsdp == 0) {
     ANVIL_CHECK(rest % settings.dp == 0,
-                "[parallel] dp = {} does not divide the {} ranks of the world (tp = {})",
-                settings.dp, world_size, shape.tp);
+                "[parallel] dp = {} does not divide the {} ranks of the world (tp = {}{})",
+                settings.dp, world_size, shape.tp,
+                with_cp ? fmt::format(", cp = {}", shape.cp) : std::string());
     shape.dp = settings.dp;
     shape.fsdp = rest / settings.dp;
   } else {
     shape.dp = settings.dp;
     shape.fsdp = settings.fsdp;
   }
-  ANVIL_CHECK(shape.dp * shape.fsdp * shape.tp == world_size,
-              "[parallel] dp x fsdp x tp = {} x {} x {} = {} but the job has {} ranks; set "
+  const int product = shape.dp * shape.fsdp * shape.tp * shape.cp;
+  ANVIL_CHECK(product == world_size,
+              "[parallel] dp x fsdp x tp{} = {} x {} x {}{} = {} but the job has {} ranks; set "
               "parallel.dp and parallel.fsdp so that their product is {} (or 0 to derive one)",
-              shape.dp, shape.fsdp, shape.tp, shape.dp * shape.fsdp * shape.tp, world_size,
-              world_size / shape.tp);
+              with_cp ? " x cp" : "", shape.dp, shape.fsdp, shape.tp,
+              with_cp ? fmt::format(" x {}", shape.cp) : std::string(), product, world_size,
+              rest);
   ANVIL_CHECK(settings.zero_stage > 0 || shape.fsdp == 1,
               "[parallel] fsdp = {} shards state over {} ranks but zero_stage is 0 (nothing is "
               "sharded); set parallel.zero_stage to 1, 2 or 3, or parallel.fsdp = 1",
@@ -79,22 +129,28 @@ DeviceMesh::DeviceMesh(Communicator& world, const ParallelSettings& settings)
     : world_(&world), settings_(settings), shape_(resolve_mesh_shape(settings, world.size())) {
   const int rank = world.rank();
   const int tp_index = rank % shape_.tp;
-  const int data_rank = rank / shape_.tp;
-  const int dp_index = data_rank % shape_.dp;
-  const int fsdp_index = data_rank / shape_.dp;
+  const int data_rank = rank / shape_.tp;  // sample rank * cp + cp index
+  const int cp_index = data_rank % shape_.cp;
+  const int sample_rank = data_rank / shape_.cp;
+  const int dp_index = sample_rank % shape_.dp;
+  const int fsdp_index = sample_rank / shape_.dp;
+  const int replica_index = dp_index * shape_.cp + cp_index;  // on the engine's dp x cp axis
   auto counted = [](std::unique_ptr<Communicator> comm) {
     return std::make_unique<CountingCommunicator>(std::move(comm));
   };
   tp_ = counted(world.split(data_rank, tp_index));
   tp_ops_ = std::make_unique<CommunicatorTensorParallel>(*tp_);
+  cp_ = counted(world.split(sample_rank * shape_.tp + tp_index, cp_index));
+  cp_ops_ = std::make_unique<CommunicatorContextParallel>(*cp_);
   data_ = counted(world.split(tp_index, data_rank));
-  dp_ = counted(world.split(fsdp_index * shape_.tp + tp_index, dp_index));
-  fsdp_ = counted(world.split(dp_index * shape_.tp + tp_index, fsdp_index));
+  dp_ = counted(world.split(fsdp_index * shape_.tp + tp_index, replica_index));
+  fsdp_ = counted(world.split(replica_index * shape_.tp + tp_index, fsdp_index));
 }
 
 MeshTraffic DeviceMesh::traffic() const {
   MeshTraffic traffic;
   traffic.tp = tp_->bytes();
+  traffic.cp = cp_->bytes();
   traffic.data = data_->bytes();
   traffic.dp = dp_->bytes();
   traffic.fsdp = fsdp_->bytes();
@@ -110,9 +166,18 @@ TensorParallel DeviceMesh::tensor_parallel() const {
   return tp;
 }
 
+ContextParallel DeviceMesh::context_parallel() const {
+  ContextParallel cp;
+  cp.size = shape_.cp;
+  cp.rank = cp_->rank();
+  cp.ops = cp_ops_.get();
+  return cp;
+}
+
 std::string DeviceMesh::describe() const {
-  return fmt::format("world {} = dp {} x fsdp {} x tp {}, ZeRO stage {}{}", world_->size(),
-                     shape_.dp, shape_.fsdp, shape_.tp, settings_.zero_stage,
+  const std::string cp = shape_.cp > 1 ? fmt::format(" x cp {}", shape_.cp) : std::string();
+  return fmt::format("world {} = dp {} x fsdp {} x tp {}{}, ZeRO stage {}{}", world_->size(),
+                     shape_.dp, shape_.fsdp, shape_.tp, cp, settings_.zero_stage,
                      settings_.offload ? ", optimizer offload" : "");
 }
 

@@ -1,13 +1,18 @@
-// The device mesh: dp x fsdp x tp = world. tp is the innermost axis (the ranks of one tensor-
-// parallel group are neighbours, on the fastest links): world rank r has tp index r % tp and
-// data rank r / tp, and data rank q sits at fsdp index q / dp and dp index q % dp
-// (fsdp-major), so one fsdp shard's replicas are neighbours too. Data rank order is the data
-// order: the tp ranks of a group read the same micro-batches, and a rank-order sum over the
-// data ranks is the serial sum over the global batch's micro-batches (see engine.h).
+// The device mesh: dp x fsdp x tp x cp = world. Rank placement, innermost axis first: tp (the
+// ranks of one tensor-parallel group are neighbours, on the fastest links), cp, then dp and
+// fsdp: world rank r has tp index r % tp, cp index (r / tp) % cp and sample rank
+// q = r / (tp * cp), which sits at fsdp index q / dp and dp index q % dp (fsdp-major), so one
+// fsdp shard's replicas are neighbours too. The sample rank picks the micro-batches: the tp
+// and cp ranks of a group read the same samples (cp ranks then keep their chunks of each
+// sequence), and sample rank order is the data order.
+// The data communicator (the dp x fsdp x cp ranks with one tp index, rank = q * cp + cp index)
+// is what gradients, losses and token counts are summed over: the cp ranks of a group each hold
+// part of every sequence, so for reductions they are extra data ranks. ZeRO shards over fsdp;
+// the cp ranks hold replicas of their fsdp shard like the dp ranks do, so the engine's replica
+// axis dp() spans dp x cp (rank dp index * cp + cp index).
 // Axis resolution (0 = auto): both dp and fsdp auto -> zero_stage 0 replicates (dp = world /
-// tp), zero_stage >= 1 shards (fsdp = world / tp); one of them set -> the other takes the
-// rest. Each axis gets its own communicator, split once from the world, plus the data
-// communicator (dp x fsdp ranks with one tp index) that gradients and losses are summed over.
+// (tp cp)), zero_stage >= 1 shards (fsdp = world / (tp cp)); one of them set -> the other takes
+// the rest. Each axis gets its own communicator, split once from the world.
 #pragma once
 
 #include <memory>
@@ -15,6 +20,7 @@
 
 #include "comm/communicator.h"
 #include "comm/counting_communicator.h"
+#include "model/context_parallel.h"
 #include "model/tensor_parallel.h"
 
 namespace anvil {
@@ -24,16 +30,18 @@ struct ParallelSettings {
   int dp = 0;
   int fsdp = 0;
   int tp = 1;
+  int cp = 1;  // context parallelism: each sequence cut over cp ranks (ring attention)
   bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int zero_stage = 0;  // 0 replicate, 1 shard optimizer state, 2 + gradients, 3 + weights
   bool offload = false;
 };
 
-// Resolved axis sizes; dp * fsdp * tp equals the world size.
+// Resolved axis sizes; dp * fsdp * tp * cp equals the world size.
 struct MeshShape {
   int dp = 1;
   int fsdp = 1;
   int tp = 1;
+  int cp = 1;
 };
 
 // Resolves the auto axes against `world_size`; throws "[parallel] ..." naming the numbers when
@@ -42,9 +50,11 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size);
 
 // Payload bytes this rank has handed to each axis's collectives (CountingCommunicator); the
 // data axis carries the gradient reductions of stages 0-3 and the step's loss and norm
-// exchanges, dp and fsdp the hybrid-sharding gathers, tp the tensor-parallel sums.
+// exchanges, dp and fsdp the hybrid-sharding gathers, tp the tensor-parallel sums, cp the
+// ring attention's key/value (and their gradients') exchanges.
 struct MeshTraffic {
   int64_t tp = 0;
+  int64_t cp = 0;
   int64_t data = 0;
   int64_t dp = 0;
   int64_t fsdp = 0;
@@ -52,35 +62,47 @@ struct MeshTraffic {
 
 class DeviceMesh {
  public:
-  // Resolves the shape and splits `world` into the tp, data, dp and fsdp communicators
+  // Resolves the shape and splits `world` into the tp, cp, data, dp and fsdp communicators
   // (collective).
   DeviceMesh(Communicator& world, const ParallelSettings& settings);
 
   Communicator& world() const { return *world_; }
-  // The ranks holding the same fsdp shard (replicas); size dp.
+  // The ranks holding the same fsdp shard (replicas); size dp x cp.
   Communicator& dp() const { return *dp_; }
   // The ranks that together hold one replica of the sharded state; size fsdp.
   Communicator& fsdp() const { return *fsdp_; }
   // The ranks of one tensor-parallel group (same data rank); size tp.
   Communicator& tp() const { return *tp_; }
-  // The ranks with this rank's tp index, in data rank order; size dp x fsdp.
+  // The ranks of one context-parallel group (same samples, same tp index); size cp.
+  Communicator& cp() const { return *cp_; }
+  // The ranks with this rank's tp index, in data rank order; size dp x fsdp x cp.
   Communicator& data() const { return *data_; }
   const MeshShape& shape() const { return shape_; }
   int zero_stage() const { return settings_.zero_stage; }
   bool offload() const { return settings_.offload; }
-  // Returns this rank's data-parallel index (which micro-batches it reads) and their count.
+  // Returns this rank's index in data() and data()'s size (the engine's reduction and
+  // sharding ranks; they equal sample_rank()/sample_world() when cp is 1).
   int data_rank() const { return data_->rank(); }
   int data_world() const { return data_->size(); }
+  // Returns which micro-batches this rank reads (the cp ranks of a group read the same ones)
+  // and the number of such sample ranks.
+  int sample_rank() const { return data_->rank() / shape_.cp; }
+  int sample_world() const { return data_->size() / shape_.cp; }
+  int cp_index() const { return cp_->rank(); }
+  // Returns what a model built for this rank needs (ModelOptions::cp): the cp size, this
+  // rank's cp index and the ring exchange over cp().
+  ContextParallel context_parallel() const;
   int tp_index() const { return tp_->rank(); }
   // Returns what a model built for this rank needs (ModelOptions::tp): the tp size, this
   // rank's tp index and the tp collectives (ordered sums over tp(), so every tp rank computes
   // bitwise the same replicated values).
   TensorParallel tensor_parallel() const;
+  // Returns this rank's index on the engine's replica axis (dp index * cp + cp index).
   int dp_index() const { return dp_->rank(); }
   int fsdp_index() const { return fsdp_->rank(); }
   // Returns the bytes counted so far on each axis.
   MeshTraffic traffic() const;
-  // Returns "world 4 = dp 2 x fsdp 2 x tp 1, ZeRO stage 3".
+  // Returns "world 4 = dp 2 x fsdp 2 x tp 1, ZeRO stage 3" (" x cp 2" after tp when cp > 1).
   std::string describe() const;
 
  private:
@@ -89,6 +111,8 @@ class DeviceMesh {
   MeshShape shape_;
   std::unique_ptr<CountingCommunicator> tp_;
   std::unique_ptr<TensorParallelOps> tp_ops_;
+  std::unique_ptr<CountingCommunicator> cp_;
+  std::unique_ptr<ContextParallelOps> cp_ops_;
   std::unique_ptr<CountingCommunicator> data_;
   std::unique_ptr<CountingCommunicator> dp_;
   std::unique_ptr<CountingCommunicator> fsdp_;

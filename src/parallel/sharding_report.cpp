@@ -131,6 +131,7 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
                          {"dp", mesh.shape().dp},
                          {"fsdp", fsdp},
                          {"tp", mesh.shape().tp},
+                         {"cp", mesh.shape().cp},
                          {"zero_stage", stage}};
   report.json["tensors"] = nlohmann::json::array();
   size_t width = 6;

@@ -132,9 +132,10 @@ void CheckpointStore::write_files(DataParallelEngine& engine, const TrainProgres
                                   {"data_cursor", progress.cursor.to_json()},
                                   {"rng", {{"seed", config.training.seed}}},
                                   {"mesh",
-                                   {{"world", engine.mesh().data_world()},
+                                   {{"world", engine.mesh().sample_world()},
                                     {"dp", mesh.dp},
                                     {"fsdp", mesh.fsdp},
+                                    {"cp", mesh.cp},
                                     {"zero_stage", engine.zero_stage()}}}};
     write_file_atomic(staging / kStateFile, state.dump(2) + "\n");
     write_file_atomic(staging / kConfigFile, config_to_toml(config));

@@ -87,11 +87,12 @@ struct OptimizerConfigSection {
   double wsd_decay_fraction = 0.2;
 };
 
-// dp x fsdp x tp = the job's ranks; 0 for dp or fsdp derives it (docs/distributed.md).
+// dp x fsdp x tp x cp = the job's ranks; 0 for dp or fsdp derives it (docs/distributed.md).
 struct ParallelConfigSection {
   int64_t dp = 0;
   int64_t fsdp = 0;
   int64_t tp = 1;
+  int64_t cp = 1;  // context parallelism: each sequence cut over cp ranks (ring attention)
   bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int64_t zero_stage = 0;
   bool offload = false;

@@ -74,6 +74,9 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(parallel, dp, "data-parallel replicas (0: automatic)"),
       ANVIL_CONFIG_FIELD(parallel, fsdp, "ranks sharing one copy of sharded state (0: automatic)"),
       ANVIL_CONFIG_FIELD(parallel, tp, "tensor-parallel ranks (heads, FFN, vocabulary split)"),
+      ANVIL_CONFIG_FIELD(parallel, cp,
+                         "context-parallel ranks (each sequence split, ring attention; "
+                         "seq_len divisible by 2 x cp)"),
       ANVIL_CONFIG_FIELD(parallel, sequence_parallel,
                          "tp > 1: split the residual stream over the tp ranks by sequence"),
       ANVIL_CONFIG_FIELD(parallel, zero_stage, "ZeRO stage 0-3 on the fsdp axis"),

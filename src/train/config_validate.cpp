@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "optim/lr_schedule.h"
+#include "model/context_parallel.h"
 #include "model/parameter_table.h"
 #include "train/base_model.h"
 #include "train/config.h"
@@ -152,15 +153,19 @@ void validate_rest(const TrainConfig& config) {
   check_non_negative(config.parallel.dp, "parallel.dp");
   check_non_negative(config.parallel.fsdp, "parallel.fsdp");
   check_positive(config.parallel.tp, "parallel.tp");
+  check_positive(config.parallel.cp, "parallel.cp");
+  check_cp_seq_len(config.training.seq_len, static_cast<int>(config.parallel.cp));
   ANVIL_CHECK(!config.parallel.sequence_parallel || config.parallel.tp > 1,
               "[config] parallel.sequence_parallel splits the sequence over the tp ranks; it "
               "needs parallel.tp > 1, got tp = {}",
               config.parallel.tp);
+  // Under context parallelism a rank holds seq_len / cp positions of each sequence.
+  const int64_t local_seq = config.training.seq_len / config.parallel.cp;
   ANVIL_CHECK(!config.parallel.sequence_parallel ||
-                  (config.training.batch_size * config.training.seq_len) % config.parallel.tp == 0,
+                  (config.training.batch_size * local_seq) % config.parallel.tp == 0,
               "[config] parallel.sequence_parallel: tp = {} must divide the batch_size x seq_len "
-              "= {} x {} positions of a micro-batch",
-              config.parallel.tp, config.training.batch_size, config.training.seq_len);
+              "/ cp = {} x {} positions of a rank's micro-batch",
+              config.parallel.tp, config.training.batch_size, local_seq);
   ANVIL_CHECK(config.parallel.zero_stage >= 0 && config.parallel.zero_stage <= 3,
               "[config] parallel.zero_stage must be 0, 1, 2 or 3, got {}",
               config.parallel.zero_stage);

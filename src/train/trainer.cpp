@@ -231,7 +231,9 @@ Trainer::Trainer(const TrainRunOptions& options)
               config_.lora.r);
   ModelOptions model_options;
   model_options.max_batch = std::max(micro_batch_, eval_batch_size_);
-  model_options.max_seq = seq_len_;
+  // Under context parallelism the model holds seq_len / cp rows of each sample.
+  check_cp_seq_len(seq_len_, static_cast<int>(config_.parallel.cp));
+  model_options.max_seq = seq_len_ / static_cast<int>(config_.parallel.cp);
   model_options.compute_dtype = parse_dtype(config_.training.dtype);
   model_options.activation_checkpointing = config_.training.activation_checkpointing;
   model_options.decay_embeddings = config_.optimizer.decay_embeddings;
@@ -243,6 +245,7 @@ Trainer::Trainer(const TrainRunOptions& options)
   parallel.dp = static_cast<int>(config_.parallel.dp);
   parallel.fsdp = static_cast<int>(config_.parallel.fsdp);
   parallel.tp = static_cast<int>(config_.parallel.tp);
+  parallel.cp = static_cast<int>(config_.parallel.cp);
   parallel.sequence_parallel = config_.parallel.sequence_parallel;
   parallel.zero_stage = static_cast<int>(config_.parallel.zero_stage);
   parallel.offload = config_.parallel.offload;
@@ -371,15 +374,14 @@ StepOutcome Trainer::train_step(int64_t step) {
   BatchLayout layout;
   layout.micro_batch = micro_batch_;
   layout.grad_accum = grad_accum_;
-  layout.world_size = mesh_->data_world();
+  layout.world_size = mesh_->sample_world();
   // Samples are numbered from the cursor: BatchLayout's step 0 is this step's global batch.
   std::vector<HostBatch::Views> views(static_cast<size_t>(grad_accum_));
   std::vector<Batch> micro_batches;
   for (int m = 0; m < grad_accum_; ++m) {
     const int64_t row = int64_t{m} * micro_batch_;
-    train_batch_.fill(*data_.train, row,
-                      progress_.cursor.next_sample + layout.first_sample(0, m, mesh_->data_rank()),
-                      micro_batch_);
+    const int64_t first = layout.first_sample(0, m, mesh_->sample_rank());
+    train_batch_.fill(*data_.train, row, progress_.cursor.next_sample + first, micro_batch_);
     micro_batches.push_back(
         train_batch_.micro_batch(row, micro_batch_, views[static_cast<size_t>(m)]));
   }
@@ -507,7 +509,7 @@ TrainResult Trainer::run() {
   std::optional<MetricsWriter> metrics;
   if (root_) metrics.emplace(run_.metrics_path(), last_saved_step_);
   const int64_t total_steps = config_.training.steps;
-  const int64_t global_rows = int64_t{micro_batch_} * grad_accum_ * mesh_->data_world();
+  const int64_t global_rows = int64_t{micro_batch_} * grad_accum_ * mesh_->sample_world();
   const int64_t tokens_per_step = global_rows * seq_len_;
   TrainResult result;
   result.run_dir = run_.root;
@@ -544,6 +546,7 @@ TrainResult Trainer::run() {
       steady_tokens += tokens_per_step;
       ++steady_steps;
       steady_traffic.tp += after.tp - before.tp;
+      steady_traffic.cp += after.cp - before.cp;
       steady_traffic.data += after.data - before.data;
       steady_traffic.dp += after.dp - before.dp;
       steady_traffic.fsdp += after.fsdp - before.fsdp;
@@ -610,7 +613,8 @@ TrainResult Trainer::run() {
   if (steady_steps > 0) {
     result.step_seconds = steady_seconds / static_cast<double>(steady_steps);
     result.traffic_per_step = {
-        steady_traffic.tp / steady_steps, steady_traffic.data / steady_steps,
+        steady_traffic.tp / steady_steps, steady_traffic.cp / steady_steps,
+        steady_traffic.data / steady_steps,
         steady_traffic.dp / steady_steps, steady_traffic.fsdp / steady_steps};
   }
   result.peak_rss_mb = peak_rss_mb();
@@ -637,6 +641,7 @@ std::string train_summary_json(const TrainResult& r) {
                                     {"step_seconds", r.step_seconds},
                                     {"comm_bytes_per_step",
                                      {{"tp", r.traffic_per_step.tp},
+                                      {"cp", r.traffic_per_step.cp},
                                       {"data", r.traffic_per_step.data},
                                       {"dp", r.traffic_per_step.dp},
                                       {"fsdp", r.traffic_per_step.fsdp}}},

@@ -116,6 +116,21 @@ TEST(SingleProcessCommunicator, SendToSelfArrivesInOrder) {
   EXPECT_THROW(comm->recv(tensor_of(received), -1), Error);
 }
 
+TEST(SingleProcessCommunicator, AsyncRecvPostedBeforeTheSendCompletesOnWait) {
+  auto comm = make_single_process_communicator();
+  std::vector<float> received(3);
+  auto recv = comm->recv_async(tensor_of(received), 0);  // a ring posts its receive first
+  std::vector<float> sent = {7, 8, 9};
+  auto send = comm->send_async(tensor_of(sent), 0);
+  send->wait();
+  recv->wait();
+  EXPECT_EQ(received, sent);
+  std::vector<float> wrong_size(2);
+  comm->send(tensor_of(sent), 0);
+  EXPECT_THROW(comm->recv_async(tensor_of(wrong_size), 0)->wait(), Error);
+  EXPECT_THROW(comm->send_async(tensor_of(sent), 1), Error);
+}
+
 TEST(SingleProcessCommunicator, EmptyTensorsAreFine) {
   auto comm = make_single_process_communicator();
   const Tensor empty(nullptr, DType::bf16, Shape{0});

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
+#include <string>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -57,6 +60,13 @@ struct RunSpec {
   bool sequence_parallel = false;
   bool wide_heads = false;
   bool activation_checkpointing = false;
+  // Context parallelism over cp ranks (seq divisible by 2 cp); a reference run sets cp = 1.
+  int cp = 1;
+  // Document ids that cut each sample into documents of 5 positions, shifted by the sample
+  // index so that boundaries fall at different places (and across cp chunks).
+  bool doc_mask = false;
+  // Each layer's window, sparse pattern and sinks (ModelOptions::attention).
+  AttentionSchedule attention;
 
   LlamaConfig config() const {
     LlamaConfig c = tiny_config(tied);
@@ -81,12 +91,14 @@ class Harness {
     settings.zero_stage = spec.zero_stage;
     settings.tp = spec.tp;
     settings.sequence_parallel = spec.sequence_parallel;
+    settings.cp = spec.cp;
     mesh_ = std::make_unique<DeviceMesh>(comm, settings);
     ModelOptions options;
     options.max_batch = spec.micro_batch;
-    options.max_seq = spec.seq;
+    options.max_seq = spec.seq / spec.cp;  // a cp rank holds seq / cp rows of each sample
     options.compute_dtype = spec.dtype;
     options.activation_checkpointing = spec.activation_checkpointing;
+    options.attention = spec.attention;
     if (spec.lora_r > 0) {
       options.lora.r = spec.lora_r;
       options.lora.alpha = 2.0f * static_cast<float>(spec.lora_r);
@@ -105,10 +117,11 @@ class Harness {
     tokens_.resize(rows * spec.seq);
     targets_.resize(rows * spec.seq);
     mask_.resize(rows * spec.seq);
+    if (spec.doc_mask) doc_ids_.resize(rows * spec.seq);
     views_.resize(static_cast<size_t>(spec.grad_accum));
     layout_.micro_batch = spec.micro_batch;
     layout_.grad_accum = spec.grad_accum;
-    layout_.world_size = mesh_->data_world();
+    layout_.world_size = mesh_->sample_world();
   }
 
   // Initialises what trains from `seed` and, with LoRA, the frozen base from seed + 1 (through
@@ -137,7 +150,7 @@ class Harness {
   StepReport step(int64_t step, bool poison = false) {
     std::vector<Batch> batches;
     for (int m = 0; m < spec_.grad_accum; ++m) {
-      const int64_t first = layout_.first_sample(step, m, mesh_->data_rank());
+      const int64_t first = layout_.first_sample(step, m, mesh_->sample_rank());
       batches.push_back(fill(static_cast<size_t>(m), first, spec_.micro_batch));
     }
     if (poison) views_[0].mask.f32()[0] = std::numeric_limits<float>::quiet_NaN();
@@ -178,11 +191,17 @@ class Harness {
     v.targets = Tensor(targets_.data() + offset, DType::i32, shape);
     v.mask = Tensor(mask_.data() + offset, DType::f32, shape);
     data_.fill(first, count, v.tokens, v.targets, nullptr, &v.mask);
-    return Batch{v.tokens, v.targets, &v.mask, nullptr};
+    if (!spec_.doc_mask) return Batch{v.tokens, v.targets, &v.mask, nullptr};
+    v.doc_ids = Tensor(doc_ids_.data() + offset, DType::i32, shape);
+    for (int r = 0; r < count; ++r) {
+      for (int t = 0; t < spec_.seq; ++t)
+        v.doc_ids.i32()[r * spec_.seq + t] = static_cast<int32_t>((t + first + r) / 5);
+    }
+    return Batch{v.tokens, v.targets, &v.mask, &v.doc_ids};
   }
 
   struct View {
-    Tensor tokens, targets, mask;
+    Tensor tokens, targets, mask, doc_ids;
   };
   RunSpec spec_;
   std::unique_ptr<Backend> backend_;
@@ -191,10 +210,43 @@ class Harness {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallelEngine> engine_;
   BatchLayout layout_;
-  std::vector<int32_t> tokens_, targets_;
+  std::vector<int32_t> tokens_, targets_, doc_ids_;
   std::vector<float> mask_;
   std::vector<View> views_;
 };
+
+// Returns the largest |got - want| / |want| over a loss curve.
+inline double max_relative_difference(const std::vector<double>& got,
+                                      const std::vector<double>& want) {
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
+  return worst;
+}
+
+// Returns the largest over tensors of max |got - want| / max |want| (whole-model layout).
+inline double max_tensor_difference(const ParameterLayout& layout, const std::vector<float>& got,
+                                    const std::vector<float>& want, std::string& worst_name) {
+  // Harness::all_groups concatenates the groups: group g starts after groups 0..g-1.
+  std::vector<int64_t> group_start(1, 0);
+  for (int g = 0; g < layout.group_count(); ++g)
+    group_start.push_back(group_start.back() + layout.group_numel(g));
+  double worst = 0.0;
+  for (const ParameterInfo& p : layout.params()) {
+    const int64_t at = group_start[static_cast<size_t>(p.group)] + p.offset;
+    double diff = 0.0, scale = 0.0;
+    for (int64_t i = at; i < at + p.numel(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(got[i] - want[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+    }
+    const double relative = scale > 0.0 ? diff / scale : diff;
+    if (relative >= worst) {
+      worst = relative;
+      worst_name = p.name;
+    }
+  }
+  return worst;
+}
 
 // Returns the bits of a double (so EXPECT_EQ on them means bitwise equality).
 inline uint64_t bits(double value) { return std::bit_cast<uint64_t>(value); }

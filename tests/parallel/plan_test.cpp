@@ -17,18 +17,19 @@
 namespace anvil {
 namespace {
 
-MeshShape resolve(int dp, int fsdp, int stage, int world, int tp = 1) {
+MeshShape resolve(int dp, int fsdp, int stage, int world, int tp = 1, int cp = 1) {
   ParallelSettings s;
   s.dp = dp;
   s.fsdp = fsdp;
   s.zero_stage = stage;
   s.tp = tp;
+  s.cp = cp;
   return resolve_mesh_shape(s, world);
 }
 
-std::string error_of(int dp, int fsdp, int stage, int world, int tp = 1) {
+std::string error_of(int dp, int fsdp, int stage, int world, int tp = 1, int cp = 1) {
   try {
-    resolve(dp, fsdp, stage, world, tp);
+    resolve(dp, fsdp, stage, world, tp, cp);
   } catch (const Error& e) {
     return e.what();
   }
@@ -48,6 +49,10 @@ TEST(Mesh, AutomaticAxesFollowTheStage) {
   EXPECT_EQ(resolve(0, 0, 3, 8, 4).fsdp, 2);
   EXPECT_EQ(resolve(0, 0, 3, 8, 4).dp, 1);
   EXPECT_EQ(resolve(2, 0, 1, 8, 2).fsdp, 2);
+  // So does context parallelism (after tp).
+  EXPECT_EQ(resolve(0, 0, 0, 8, 2, 2).dp, 2);
+  EXPECT_EQ(resolve(0, 0, 3, 8, 1, 2).fsdp, 4);
+  EXPECT_EQ(resolve(1, 0, 3, 8, 2, 2).fsdp, 2);
 }
 
 TEST(Mesh, ClearErrors) {
@@ -60,6 +65,24 @@ TEST(Mesh, ClearErrors) {
   EXPECT_NE(error_of(0, 0, 4, 4).find("zero_stage must be 0, 1, 2 or 3, got 4"),
             std::string::npos);
   EXPECT_NE(error_of(1, 2, 0, 2).find("zero_stage is 0"), std::string::npos);
+  EXPECT_NE(error_of(0, 0, 0, 6, 2, 2).find("tp x cp = 2 x 2 does not divide the 6 ranks"),
+            std::string::npos);
+  EXPECT_NE(error_of(2, 2, 0, 8, 1, 4).find("dp x fsdp x tp x cp = 2 x 2 x 1 x 4 = 16 but the "
+                                            "job has 8 ranks"),
+            std::string::npos);
+  EXPECT_NE(error_of(0, 0, 0, 4, 1, 0).find("cp must be at least 1, got 0"), std::string::npos);
+}
+
+// Without context parallelism the cp axis is one rank and the sample rank is the data rank.
+TEST(Mesh, ContextParallelAxisOnOneProcess) {
+  auto comm = make_single_process_communicator();
+  ParallelSettings settings;
+  settings.cp = 1;
+  DeviceMesh mesh(*comm, settings);
+  EXPECT_EQ(mesh.cp().size(), 1);
+  EXPECT_EQ(mesh.sample_rank(), 0);
+  EXPECT_EQ(mesh.sample_world(), 1);
+  EXPECT_FALSE(mesh.context_parallel().enabled());
 }
 
 TEST(Mesh, SingleProcessMeshHasUnitAxes) {

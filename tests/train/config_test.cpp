@@ -78,6 +78,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.dp",
                                              "parallel.fsdp",
                                              "parallel.tp",
+                                             "parallel.cp",
                                              "parallel.sequence_parallel",
                                              "parallel.zero_stage",
                                              "parallel.offload",

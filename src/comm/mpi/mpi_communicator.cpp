@@ -154,6 +154,25 @@ class MpiCommunicator final : public Communicator {
     return make_request_handle(request, "all_gather_async");
   }
 
+  std::unique_ptr<CommHandle> send_async(const Tensor& t, int peer) override {
+    check_rank_arg(peer, size_, "send peer");
+    check_host_tensor(t, "send tensor");
+    MPI_Request request;
+    MPI_CHECK(MPI_Isend(t.data, count_of(t, "send tensor"), datatype_of(t.dtype), peer, kUserTag,
+                        comm_, &request));
+    return make_request_handle(request, "send_async");
+  }
+
+  std::unique_ptr<CommHandle> recv_async(const Tensor& t, int peer) override {
+    check_rank_arg(peer, size_, "recv peer");
+    check_host_tensor(t, "recv tensor");
+    const int expected = count_of(t, "recv tensor");
+    const MPI_Datatype type = datatype_of(t.dtype);
+    MPI_Request request;
+    MPI_CHECK(MPI_Irecv(t.data, expected, type, peer, kUserTag, comm_, &request));
+    return make_recv_handle(request, expected, type, peer);
+  }
+
  private:
   int check_all_reduce(const Tensor& t) const {
     check_host_tensor(t, "all_reduce tensor");

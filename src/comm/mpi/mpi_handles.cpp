@@ -37,6 +37,9 @@ void wait_before_destruction(CommHandle& handle) {
 class RequestHandle final : public CommHandle {
  public:
   RequestHandle(MPI_Request request, const char* name) : request_(request), name_(name) {}
+  // A receive: once complete, the message must have held `expected` elements of `type`.
+  RequestHandle(MPI_Request request, const char* name, int expected, MPI_Datatype type, int peer)
+      : request_(request), name_(name), expected_(expected), type_(type), peer_(peer) {}
   ~RequestHandle() override { wait_before_destruction(*this); }
 
   void wait() override {
@@ -45,14 +48,26 @@ class RequestHandle final : public CommHandle {
   }
 
   bool test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
     int done = 0;
-    MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+    MPI_Status status;
+    MPI_CHECK(MPI_Test(&request_, &done, &status));
+    if (done != 0 && expected_ >= 0) {
+      int received = 0;
+      MPI_CHECK(MPI_Get_count(&status, type_, &received));
+      ANVIL_CHECK(received == expected_,
+                  "[comm] recv_async from rank {} expected {} elements but the message held {}",
+                  peer_, expected_, received);
+    }
     return done != 0;
   }
 
  private:
   MPI_Request request_;  // MPI sets it to MPI_REQUEST_NULL once complete
   const char* name_;
+  int expected_ = -1;  // receives only
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  int peer_ = -1;
 };
 
 // A sequence of message rounds; each round's requests must all finish before the next round
@@ -209,6 +224,11 @@ class OrderedReduceScatter final : public RoundsHandle {
 
 std::unique_ptr<CommHandle> make_request_handle(MPI_Request request, const char* name) {
   return std::make_unique<RequestHandle>(request, name);
+}
+
+std::unique_ptr<CommHandle> make_recv_handle(MPI_Request request, int expected, MPI_Datatype type,
+                                             int peer) {
+  return std::make_unique<RequestHandle>(request, "recv_async", expected, type, peer);
 }
 
 std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag,

@@ -13,6 +13,10 @@ namespace anvil::mpi {
 // Returns a handle that completes with `request` (already started). `name` (a string literal)
 // is what the collective watchdog reports while wait() blocks.
 std::unique_ptr<CommHandle> make_request_handle(MPI_Request request, const char* name);
+// Returns a handle for a started MPI_Irecv from `peer` that, once complete, checks that the
+// message held `expected` elements of `type` (a shorter message is an error, not silence).
+std::unique_ptr<CommHandle> make_recv_handle(MPI_Request request, int expected, MPI_Datatype type,
+                                             int peer);
 
 // Starts the deterministic all_reduce of `t` in place over `comm`: each rank receives every
 // rank's copy of one chunk, sums it in rank order, then sends the sum to every rank. `tag`

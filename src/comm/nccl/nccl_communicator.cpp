@@ -188,6 +188,15 @@ class NcclCommunicator final : public Communicator {
     synchronize("recv");
   }
 
+  // Separate ncclSend and ncclRecv calls queued on one stream deadlock in a ring (every rank's
+  // send waits for a receive queued behind it); pairing them needs a grouped exchange.
+  std::unique_ptr<CommHandle> send_async(const Tensor& /*t*/, int /*peer*/) override {
+    ANVIL_FAIL("[nccl] send_async is not implemented (ring exchanges need grouped send/recv)");
+  }
+  std::unique_ptr<CommHandle> recv_async(const Tensor& /*t*/, int /*peer*/) override {
+    ANVIL_FAIL("[nccl] recv_async is not implemented (ring exchanges need grouped send/recv)");
+  }
+
   std::unique_ptr<CommHandle> all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_device_tensor(t, "all_reduce tensor");
     if (t.numel() == 0) return make_completed_handle();

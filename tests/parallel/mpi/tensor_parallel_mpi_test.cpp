@@ -27,6 +27,8 @@ namespace {
 
 using ptest::Curve;
 using ptest::Harness;
+using ptest::max_relative_difference;
+using ptest::max_tensor_difference;
 using ptest::RunSpec;
 
 constexpr int kSteps = 12;
@@ -84,37 +86,6 @@ RunSpec reference_of(const RunSpec& spec, int data_world) {
   one.zero_stage = 0;
   one.grad_accum = spec.grad_accum * data_world;
   return one;
-}
-
-double max_relative_difference(const std::vector<double>& got, const std::vector<double>& want) {
-  double worst = 0.0;
-  for (size_t i = 0; i < want.size(); ++i)
-    worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
-  return worst;
-}
-
-// Returns the largest over tensors of max |got - want| / max |want| (whole-model layout).
-double max_tensor_difference(const ParameterLayout& layout, const std::vector<float>& got,
-                             const std::vector<float>& want, std::string& worst_name) {
-  // Harness::all_groups concatenates the groups: group g starts after groups 0..g-1.
-  std::vector<int64_t> group_start(1, 0);
-  for (int g = 0; g < layout.group_count(); ++g)
-    group_start.push_back(group_start.back() + layout.group_numel(g));
-  double worst = 0.0;
-  for (const ParameterInfo& p : layout.params()) {
-    const int64_t at = group_start[static_cast<size_t>(p.group)] + p.offset;
-    double diff = 0.0, scale = 0.0;
-    for (int64_t i = at; i < at + p.numel(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::abs(got[i] - want[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(want[i])));
-    }
-    const double relative = scale > 0.0 ? diff / scale : diff;
-    if (relative >= worst) {
-      worst = relative;
-      worst_name = p.name;
-    }
-  }
-  return worst;
 }
 
 class TensorParallelEqualsOneProcess : public ::testing::TestWithParam<TpCase> {};
