@@ -11,6 +11,7 @@
 #include "optim/lr_schedule.h"
 #include "model/context_parallel.h"
 #include "model/parameter_table.h"
+#include "model/tensor_parallel.h"
 #include "train/base_model.h"
 #include "train/config.h"
 #include "train/model_setup.h"
@@ -223,6 +224,10 @@ void validate_config(const TrainConfig& config) {
   validate_attention(config);
   validate_optimizer(config.optimizer);
   validate_rest(config);
+  // A tp that cannot split the heads, FFN or vocabulary stops here, before any rank takes the
+  // run directory: an error raised later on one rank can end the job before rank 0 removes it.
+  if (config.parallel.tp > 1)
+    tp_shard_config(llama_config_from(config.model), static_cast<int>(config.parallel.tp));
   validate_lora(config);
 }
 
