@@ -5,6 +5,8 @@
 // model carries no trace of it (docs/long-context.md).
 #pragma once
 
+#include <cstdint>
+
 #include "backend/backend.h"
 
 namespace anvil {
@@ -23,6 +25,12 @@ struct AttentionSchedule {
   }
   // Returns whether some layer attends to fewer than all earlier positions.
   bool sparse() const { return window > 0 || pattern != SparsePattern::dense; }
+  // Returns the visible (query, key) pairs of layer `layer` on a causal sequence of `seq_len`
+  // positions (documents aside) over the dense causal count seq_len (seq_len + 1) / 2: the
+  // share of attention work the layer's mask leaves.
+  double visible_fraction(int layer, int64_t seq_len) const;
+  // Returns visible_fraction averaged over n_layers layers.
+  double mean_visible_fraction(int n_layers, int64_t seq_len) const;
   // Sets the window, pattern and sink fields of `params` for layer `layer`.
   void apply(int layer, AttentionParams& params) const {
     if (layer_is_dense(layer)) return;

@@ -85,8 +85,8 @@ int64_t LlamaConfig::param_count() const {
   return total;
 }
 
-double LlamaConfig::flops_per_token(int seq_len) const {
-  const double attention = 12.0 * n_layers * seq_len * q_dim();
+double LlamaConfig::flops_per_token(int seq_len, double attention_fraction) const {
+  const double attention = 12.0 * n_layers * seq_len * q_dim() * attention_fraction;
   return 6.0 * static_cast<double>(matmul_param_count()) + attention;
 }
 

@@ -55,7 +55,9 @@ struct LlamaConfig {
   // The first term is 2 FLOPs per multiply-add, times 3 for forward, input grad and weight
   // grad; the second counts q k^T and p v (2 * 2 * seq_len * n_heads * head_dim forward per
   // layer, times 3), without halving for the causal mask (the PaLM convention used for MFU).
-  double flops_per_token(int seq_len) const;
+  // A sparse attention mask scales the second term by attention_fraction, its visible pairs
+  // over dense causal attention's (AttentionSchedule::mean_visible_fraction).
+  double flops_per_token(int seq_len, double attention_fraction = 1.0) const;
 
   // Returns a one-line summary ("dim=64 layers=2 heads=4/2 ...") for logs.
   std::string summary() const;

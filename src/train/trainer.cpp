@@ -513,7 +513,9 @@ TrainResult Trainer::run() {
   const int64_t tokens_per_step = global_rows * seq_len_;
   TrainResult result;
   result.run_dir = run_.root;
-  result.flops_per_token = llama_.flops_per_token(seq_len_);
+  result.flops_per_token = llama_.flops_per_token(
+      seq_len_, attention_schedule_from(config_.attention)
+                    .mean_visible_fraction(llama_.n_layers, seq_len_));
   message(fmt::format("run {} | backend {} | {} threads{}", run_.root.string(), backend_->name(),
                       num_threads(), world_.size() > 1 ? " per rank" : ""));
   message(fmt::format("model {} ({:.2f}M parameters)", llama_.summary(),
