@@ -36,7 +36,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -44,6 +43,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cpu_compare import cpu_model  # noqa: E402  (shared helper)
 REPO = os.path.dirname(HERE)
 
 MODEL = dict(dim=256, n_layers=4, n_heads=8, n_kv_heads=4, ffn_dim=704, vocab_size=4096)
@@ -188,17 +189,6 @@ def report(context, rows):
     out.append("anvil's own peak_rss_mb (summary): " + ", ".join(
         f"{r['seq_len']}: {r['summary']['peak_rss_mb']:.0f}" for r in rows if "summary" in r))
     return "\n".join(out)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def mem_gib():
