@@ -9,6 +9,7 @@ packages=(
   libgtest-dev                       # unit tests
   nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev libxxhash-dev
   libpcre2-dev                       # Unicode regex (with JIT) for tokenizer pre-splitting
+  libcsv-dev                         # CSV parsing of the MMLU benchmark files
   libopenblas-dev libdnnl-dev        # GEMM libraries for the optimized CPU backend
   libopenmpi-dev openmpi-bin         # multi-process training and its tests
   fortunes                           # the sample corpus for the demo

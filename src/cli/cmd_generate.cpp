@@ -1,8 +1,9 @@
 // `anvil generate`: sample text from a trained run, a checkpoint or a Hugging Face directory,
 // optionally with a PEFT LoRA adapter (--adapter), or chat with it (--chat, generate_chat.h).
 // The prompt is prefilled into
-// the model's KV cache in one call, then each new token costs one single-position step; tokens
-// are decoded and flushed to stdout as they come. Sampling is reproducible for a --seed.
+// the model's KV cache in one call, then each new token costs one single-position step
+// (eval/generation.h); tokens are decoded and flushed to stdout as they come. Sampling is
+// reproducible for a --seed.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "cli/generate_chat.h"
 #include "cli/model_source.h"
 #include "core/error.h"
+#include "eval/generation.h"
 #include "model/kv_cache.h"
 #include "model/llama.h"
 #include "model/sampling.h"
@@ -183,45 +185,30 @@ int run_generate(const std::vector<std::string>& args) {
   model_options.max_seq = context;
   const std::unique_ptr<LlamaModel> model = load_source_model(source, *backend, model_options);
   KvCache cache(llama, *backend, 1, context);
-  Buffer logits_buffer(*backend, static_cast<size_t>(llama.vocab_size) * sizeof(float));
-  const Tensor logits = logits_buffer.as(DType::f32, {1, llama.vocab_size});
-  std::vector<float> host_logits(static_cast<size_t>(llama.vocab_size));
   Sampler sampler(o.sampling);
+  GenerationLimits limits;
+  limits.max_new_tokens = o.max_new_tokens;
   // Stop at the tokenizer's EOS or any of the model's (Llama 3 instruct lists several).
-  std::vector<int32_t> stop_ids = source.config.eos_token_ids;
-  if (tokenizer && tokenizer->eos_id()) stop_ids.push_back(*tokenizer->eos_id());
+  limits.stop_ids = source.config.eos_token_ids;
+  if (tokenizer && tokenizer->eos_id()) limits.stop_ids.push_back(*tokenizer->eos_id());
   // Sample only among ids the tokenizer can print; the model may pad its vocabulary.
-  const size_t sample_vocab =
-      static_cast<size_t>(tokenizer && !o.print_ids ? tokenizer->vocab_size() : llama.vocab_size);
+  limits.sample_vocab = tokenizer && !o.print_ids ? tokenizer->vocab_size() : llama.vocab_size;
 
-  std::vector<int32_t> generated;
-  std::string printed;
-  std::vector<int32_t> step_tokens = prompt;
   if (!o.print_ids) fmt::print(stdout, "{}", o.prompt);
   std::fflush(stdout);
+  std::optional<TextStream> stream;
+  if (!o.print_ids) stream.emplace(*tokenizer);
   const auto start = std::chrono::steady_clock::now();
-  while (static_cast<int>(generated.size()) < o.max_new_tokens && cache.length() < context) {
-    const int n = static_cast<int>(step_tokens.size());
-    model->forward_step(Tensor(step_tokens.data(), DType::i32, {1, n}), cache, logits);
-    backend->copy_to_host(host_logits.data(), logits);
-    const int32_t next = sampler.sample(std::span<const float>(host_logits.data(), sample_vocab));
-    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) break;
-    generated.push_back(next);
-    step_tokens.assign(1, next);
-    if (o.print_ids) {
-      fmt::print(stdout, "{}{}", generated.size() > 1 ? " " : "", next);
-      std::fflush(stdout);
-      continue;
-    }
-    // Byte-level tokens may split a UTF-8 character; printing the new bytes of the decoded
-    // whole keeps the stream exact (the terminal joins the pieces).
-    const std::string text = tokenizer->decode(generated);
-    if (text.size() > printed.size()) {
-      std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
-      std::fflush(stdout);
-    }
-    printed = text;
-  }
+  const std::vector<int32_t> generated = generate_tokens(
+      *model, cache, sampler, prompt, limits, [&](std::span<const int32_t> tokens) {
+        if (o.print_ids) {
+          fmt::print(stdout, "{}{}", tokens.size() > 1 ? " " : "", tokens.back());
+        } else {
+          const std::string text = stream->next(tokens);
+          std::fwrite(text.data(), 1, text.size(), stdout);
+        }
+        std::fflush(stdout);
+      });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print(stdout, "\n");

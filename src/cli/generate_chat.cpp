@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "eval/generation.h"
 #include "model/kv_cache.h"
 
 namespace anvil::cli {
@@ -24,35 +25,19 @@ namespace {
 std::string reply(LlamaModel& model, KvCache& cache, Sampler& sampler, const Tokenizer& tokenizer,
                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& stop_ids,
                   int max_new_tokens) {
-  Backend& backend = model.backend();
-  const int vocab = model.config().vocab_size;
-  Buffer logits_buffer(backend, static_cast<size_t>(vocab) * sizeof(float));
-  const Tensor logits = logits_buffer.as(DType::f32, {1, vocab});
-  std::vector<float> host_logits(static_cast<size_t>(vocab));
-  const size_t sample_vocab = static_cast<size_t>(std::min(vocab, tokenizer.vocab_size()));
-  cache.reset();
-  std::vector<int32_t> step_tokens = prompt;
-  std::vector<int32_t> generated;
-  std::string printed;
-  while (static_cast<int>(generated.size()) < max_new_tokens &&
-         cache.length() + static_cast<int>(step_tokens.size()) <= cache.max_len()) {
-    const int n = static_cast<int>(step_tokens.size());
-    model.forward_step(Tensor(step_tokens.data(), DType::i32, {1, n}), cache, logits);
-    backend.copy_to_host(host_logits.data(), logits);
-    const int32_t next = sampler.sample(std::span<const float>(host_logits.data(), sample_vocab));
-    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) break;
-    generated.push_back(next);
-    step_tokens.assign(1, next);
-    const std::string text = tokenizer.decode(generated);
-    if (text.size() > printed.size()) {
-      std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
-      std::fflush(stdout);
-    }
-    printed = text;
-  }
+  GenerationLimits limits;
+  limits.max_new_tokens = max_new_tokens;
+  limits.stop_ids = stop_ids;
+  limits.sample_vocab = tokenizer.vocab_size();
+  TextStream stream(tokenizer);
+  generate_tokens(model, cache, sampler, prompt, limits, [&](std::span<const int32_t> tokens) {
+    const std::string text = stream.next(tokens);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  return printed;
+  return stream.text();
 }
 
 }  // namespace

@@ -109,7 +109,6 @@ void ModelActivations::carve(Arena& arena, const LlamaConfig& config, int max_ba
   logits = f32(logits_chunk_rows * config.vocab_size);
   dlogits = f32_model ? logits : act(logits_chunk_rows * config.vocab_size);
   losses = f32(n);
-  last_hidden = f32(int64_t{max_batch} * c);
   tokens = i32(n);
   targets = i32(n);
   loss_mask = f32(n);

@@ -77,7 +77,6 @@ struct ModelActivations {
   // place) for an f32 model.
   Tensor dlogits;
   Tensor losses;          // (N) f32
-  Tensor last_hidden;     // (max_batch, C) last position of each row, for generation
   Tensor tokens;          // (N) i32 device copy of the input ids
   Tensor targets;         // (N) i32
   Tensor loss_mask;       // (N) f32

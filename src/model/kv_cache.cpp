@@ -1,6 +1,8 @@
 // KV cache storage: one buffer holding keys and values of every layer.
 #include "model/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace anvil {
@@ -26,6 +28,37 @@ KvCache::KvCache(const LlamaConfig& config, Backend& backend, int max_batch, int
 void KvCache::reset() {
   length_ = 0;
   batch_ = 0;
+  shared_rows_ = 0;
+  shared_length_ = 0;
+}
+
+void KvCache::truncate(int length, int batch) {
+  if (length == 0) {  // nothing kept: any batch may start
+    reset();
+    return;
+  }
+  const bool within_shared = length <= shared_length_ && batch <= shared_rows_;
+  ANVIL_CHECK(length >= 0 && length <= length_ && batch >= 0 && (batch <= batch_ || within_shared),
+              "[kv_cache] cannot keep {} positions of {} rows: {} positions of {} rows are cached",
+              length, batch, length_, batch_);
+  length_ = length;
+  batch_ = batch;
+}
+
+void KvCache::share_prefix(Backend& backend, int rows) {
+  ANVIL_CHECK(batch_ == 1 && length_ > 0 && rows >= 1 && rows <= max_batch_,
+              "[kv_cache] share_prefix needs one cached row and 1..{} rows, got {} rows of {} "
+              "positions for {} rows",
+              max_batch_, batch_, length_, rows);
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    for (const Tensor* store : {&keys_[l], &values_[l]}) {
+      const Tensor prefix = (*store)[0].slice(0, length_);
+      for (int r = 1; r < rows; ++r) backend.copy((*store)[r].slice(0, length_), prefix);
+    }
+  }
+  batch_ = rows;
+  shared_rows_ = rows;
+  shared_length_ = length_;
 }
 
 void KvCache::check_append(int batch, int n) const {
@@ -41,6 +74,8 @@ void KvCache::check_append(int batch, int n) const {
 
 void KvCache::commit_append(int batch, int n) {
   check_append(batch, n);
+  // The new positions overwrite whatever a shared prefix held from length_ on.
+  shared_length_ = std::min(shared_length_, length_);
   batch_ = batch;
   length_ += n;
 }

@@ -26,6 +26,13 @@ class KvCache {
   int batch() const { return batch_; }
   // Forgets every cached position so a new sequence can start.
   void reset();
+  // Keeps only the first `length` positions of the first `batch` rows, so sequences that share
+  // that prefix continue from it without recomputing it. `batch` may exceed the current batch
+  // up to the rows of a shared prefix (share_prefix) that `length` does not pass.
+  void truncate(int length, int batch);
+  // Copies row 0's cached positions into rows 1..rows-1 (rows <= max_batch) and makes the
+  // batch `rows`: one prefilled prefix then serves `rows` different continuations.
+  void share_prefix(Backend& backend, int rows);
 
   // Returns layer `layer`'s keys (max_batch, max_len, Hkv, D).
   Tensor keys(int layer) const { return keys_[layer]; }
@@ -43,6 +50,9 @@ class KvCache {
   int max_len_;
   int length_ = 0;
   int batch_ = 0;
+  // Rows 0..shared_rows_-1 all hold the same first shared_length_ positions (share_prefix).
+  int shared_rows_ = 0;
+  int shared_length_ = 0;
   Buffer buffer_;
   std::vector<Tensor> keys_;
   std::vector<Tensor> values_;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <optional>
 #include <vector>
 
@@ -190,6 +191,11 @@ class LlamaModel {
   // of each row's last new token to logits (B, V) f32: prefill a prompt in one call, then
   // decode one token per call. No earlier position is recomputed.
   void forward_step(const Tensor& tokens, KvCache& cache, const Tensor& logits);
+  // As above, but writes the logits of the chosen new positions: `positions` holds flattened
+  // indices b * n + t into tokens (B, n), logits is (positions.size(), V) f32. With no
+  // positions only the cache is filled (prefilling a prefix). Scoring continuations uses this.
+  void forward_step(const Tensor& tokens, KvCache& cache, std::span<const int64_t> positions,
+                    const Tensor& logits);
   // Returns the number of positions of a batch that count towards the loss.
   int64_t count_loss_tokens(const Batch& batch);
 

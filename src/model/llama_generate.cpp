@@ -32,16 +32,33 @@ void cached_attention(Backend& backend, const KvCache& cache, AttentionParams pa
 }  // namespace
 
 void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor& logits) {
+  ANVIL_CHECK(tokens.shape.rank() == 2, "[model] tokens must be a (B, T) tensor, got {}",
+              tokens.shape.str());
+  const int64_t batch = tokens.shape[0], n = tokens.shape[1];
+  std::vector<int64_t> last_positions;
+  for (int64_t b = 0; b < batch; ++b) last_positions.push_back(b * n + n - 1);
+  forward_step(tokens, cache, last_positions, logits);
+}
+
+void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache,
+                              std::span<const int64_t> positions, const Tensor& logits) {
   ANVIL_CHECK(!options_.tp.enabled() && !options_.cp.enabled(),
               "[model] KV-cache decoding needs the whole model and whole sequences; it is not "
               "available under tensor or context parallelism");
   const int start = cache.length();
   const StepDims dims = prepare_inputs(tokens, nullptr, nullptr, nullptr, start);
   cache.check_append(dims.batch, dims.seq);
-  check_shape(logits, Shape{dims.batch, config_.vocab_size}, "logits");
-  check_dtype(logits, DType::f32, "logits");
-  const BlockContext ctx = make_context(dims);
   const int64_t n = dims.rows(), c = config_.dim;
+  const auto selected = static_cast<int64_t>(positions.size());
+  ANVIL_CHECK(selected <= n, "[model] {} logit positions requested of {} new tokens", selected, n);
+  for (const int64_t p : positions) {
+    ANVIL_CHECK(p >= 0 && p < n, "[model] logit position {} outside the {} new tokens", p, n);
+  }
+  if (selected > 0) {
+    check_shape(logits, Shape{selected, config_.vocab_size}, "logits");
+    check_dtype(logits, DType::f32, "logits");
+  }
+  const BlockContext ctx = make_context(dims);
   const int end = start + dims.seq;
 
   begin_forward(kEmbeddingGroup);
@@ -68,20 +85,21 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache, const Tensor
     call_hook(&GroupHooks::after_forward, layer_group(l));
   }
   cache.commit_append(dims.batch, dims.seq);
+  if (selected == 0) return;
 
-  // Gather each row's last position, then norm + head on those B rows only.
+  // Gather the chosen positions, then norm + head on those rows only. The embeddings'
+  // residual[0] is free by now and holds at least n rows.
   const Tensor hidden = leading_rows(acts_.residual[config_.n_layers], n, c);
-  const Tensor last = leading_rows(acts_.last_hidden, dims.batch, c);
-  for (int b = 0; b < dims.batch; ++b) {
-    const int64_t row = int64_t{b} * dims.seq + dims.seq - 1;
-    backend_->copy(last.slice(b, b + 1), hidden.slice(row, row + 1));
+  const Tensor gathered = leading_rows(acts_.residual[0], selected, c);
+  for (int64_t i = 0; i < selected; ++i) {
+    backend_->copy(gathered.slice(i, i + 1), hidden.slice(positions[i], positions[i] + 1));
   }
   BlockContext head_ctx = ctx;
-  head_ctx.dims = StepDims{dims.batch, 1};
-  head_ctx.local_rows = dims.batch;
+  head_ctx.dims = StepDims{static_cast<int>(selected), 1};
+  head_ctx.local_rows = selected;
   const int head = head_group(config_);
   begin_forward(head);
-  head_block_forward_logits(head_ctx, compute_weights(), last, acts_, logits);
+  head_block_forward_logits(head_ctx, compute_weights(), gathered, acts_, logits);
   call_hook(&GroupHooks::after_forward, head);
 }
 
