@@ -1,0 +1,226 @@
+// Benchmark tasks: the (context, continuation) pairs anvil builds equal those lm-evaluation-
+// harness 0.4.13 builds for the same documents (tests/eval/golden/lm_eval_prompts.json, made
+// by bench/make_eval_fixture.py with the harness's own task code); MMLU reads the same from CSV
+// and JSON Lines; bad files fail with the file and line; and on the bigram model, whose
+// log-likelihoods are known in closed form, every score and accuracy comes out as computed.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "eval/task_eval.h"
+#include "eval/tasks.h"
+#include "eval_test_util.h"
+#include "scorer_test_util.h"
+
+namespace anvil::test {
+namespace {
+
+nlohmann::json harness_fixture() {
+  return nlohmann::json::parse(
+      read_file(std::filesystem::path(ANVIL_HF_GOLDEN_DIR) / "lm_eval_prompts.json"));
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string json_lines(const nlohmann::json& docs) {
+  std::string out;
+  for (const nlohmann::json& doc : docs) out += doc.dump() + "\n";
+  return out;
+}
+
+// RFC 4180: every field quoted, quotes doubled.
+std::string mmlu_csv(const nlohmann::json& docs) {
+  std::string out;
+  const auto field = [](const std::string& text) {
+    std::string quoted = "\"";
+    for (const char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return quoted + "\"";
+  };
+  for (const nlohmann::json& doc : docs) {
+    out += field(doc["question"].get<std::string>());
+    for (const nlohmann::json& choice : doc["choices"]) out += "," + field(choice.get<std::string>());
+    out += ",";
+    out += static_cast<char>('A' + doc["answer"].get<int>());
+    out += "\r\n";
+  }
+  return out;
+}
+
+void expect_harness_pairs(const nlohmann::json& entry, const std::vector<TaskDoc>& docs,
+                          const std::string& label) {
+  const nlohmann::json& want = entry["requests"];
+  ASSERT_EQ(docs.size(), want.size()) << label;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    EXPECT_EQ(docs[d].index, want[d]["doc"].get<int64_t>()) << label;
+    EXPECT_EQ(docs[d].gold, want[d]["gold"].get<int>()) << label << " doc " << d;
+    EXPECT_EQ(docs[d].choices, want[d]["choices"].get<std::vector<std::string>>())
+        << label << " doc " << d;
+    ASSERT_EQ(docs[d].pairs.size(), want[d]["pairs"].size()) << label << " doc " << d;
+    for (size_t c = 0; c < docs[d].pairs.size(); ++c) {
+      EXPECT_EQ(docs[d].pairs[c].first, want[d]["pairs"][c][0].get<std::string>())
+          << label << " doc " << d << " choice " << c;
+      EXPECT_EQ(docs[d].pairs[c].second, want[d]["pairs"][c][1].get<std::string>())
+          << label << " doc " << d << " choice " << c;
+    }
+  }
+}
+
+TEST(Tasks, PairsEqualTheHarnessOnEveryTask) {
+  const nlohmann::json fixture = harness_fixture();
+  std::set<std::string> covered;
+  for (const nlohmann::json& entry : fixture["tasks"]) {
+    TempDir dir;
+    const std::string task = entry["task"];
+    covered.insert(task);
+    TaskLoadOptions options;
+    options.task = task;
+    options.shots = entry["num_fewshot"];
+    if (task == "mmlu") {
+      const std::string subject = entry["subject"];
+      write_text(dir / "csv" / "test" / (subject + "_test.csv"), mmlu_csv(entry["docs"]));
+      write_text(dir / "csv" / "dev" / (subject + "_dev.csv"), mmlu_csv(entry["fewshot_docs"]));
+      write_text(dir / "jsonl" / "test.jsonl", json_lines(entry["docs"]));
+      write_text(dir / "jsonl" / "dev.jsonl", json_lines(entry["fewshot_docs"]));
+      for (const char* layout : {"csv", "jsonl"}) {
+        options.data = dir / layout;
+        expect_harness_pairs(entry, load_task(options), task + " " + subject + " " + layout);
+      }
+    } else {
+      options.data = dir / "docs.jsonl";
+      write_text(options.data, json_lines(entry["docs"]));
+      expect_harness_pairs(entry, load_task(options), task);
+    }
+  }
+  for (const TaskInfo& task : known_tasks()) EXPECT_TRUE(covered.contains(task.name)) << task.name;
+}
+
+TEST(Tasks, LimitKeepsTheFirstDocsOfEachSubtask) {
+  const nlohmann::json fixture = harness_fixture();
+  for (const nlohmann::json& entry : fixture["tasks"]) {
+    if (entry["task"] != "mmlu" || entry["docs"].size() < 2) continue;
+    TempDir dir;
+    write_text(dir / "test.jsonl", json_lines(entry["docs"]));
+    write_text(dir / "dev.jsonl", json_lines(entry["fewshot_docs"]));
+    const std::vector<TaskDoc> docs = load_task({"mmlu", dir.path(), 0, 1});
+    ASSERT_EQ(docs.size(), 1u);
+    EXPECT_EQ(docs[0].index, 0);
+    return;
+  }
+  FAIL() << "the fixture has no MMLU subject with two questions";
+}
+
+// Expects load_task to fail with a message containing every part of `parts`.
+void expect_load_error(const TaskLoadOptions& options, std::vector<std::string> parts) {
+  try {
+    load_task(options);
+    ADD_FAILURE() << "no error; expected " << parts[0];
+  } catch (const Error& e) {
+    for (const std::string& part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << e.what() << "' lacks '" << part << "'";
+    }
+  }
+}
+
+TEST(Tasks, BadFilesFailNamingTheFileAndLine) {
+  TempDir dir;
+  const std::string good = "\"q1\",a,b,c,d,A\n\"q2\",a,b,c,d,B\n";
+  write_text(dir / "cols" / "dev" / "anatomy_dev.csv", good);
+  write_text(dir / "cols" / "test" / "anatomy_test.csv", good + "\"q3\nspans two lines\",a,b,c,D\n");
+  expect_load_error({"mmlu", dir / "cols", 1, 0},
+                    {"anatomy_test.csv:3", "5 columns, expected 6"});
+  write_text(dir / "answer" / "dev" / "anatomy_dev.csv", good);
+  write_text(dir / "answer" / "test" / "anatomy_test.csv", good + "q3,a,b,c,d,E\n");
+  expect_load_error({"mmlu", dir / "answer", 1, 0},
+                    {"anatomy_test.csv:3", "'E', not one of A, B, C, D"});
+  write_text(dir / "quote" / "dev" / "anatomy_dev.csv", good);
+  write_text(dir / "quote" / "test" / "anatomy_test.csv", good + "\"q3\"x,a,b,c,d,A\n");
+  expect_load_error({"mmlu", dir / "quote", 1, 0}, {"anatomy_test.csv:3", "malformed CSV"});
+  write_text(dir / "shots" / "dev" / "anatomy_dev.csv", good);
+  write_text(dir / "shots" / "test" / "anatomy_test.csv", good);
+  expect_load_error({"mmlu", dir / "shots", 5, 0},
+                    {"anatomy_test.csv", "2 dev questions, fewer than the 5 shots"});
+  write_text(dir / "subject" / "dev" / "cooking_dev.csv", good);
+  write_text(dir / "subject" / "test" / "cooking_test.csv", good);
+  expect_load_error({"mmlu", dir / "subject", 0, 0}, {"'cooking' is not one of MMLU's 57"});
+  expect_load_error({"mmlu", dir / "missing", 0, 0}, {"missing", "not a directory"});
+
+  write_text(dir / "piqa.jsonl", R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 0})"
+                                 "\n\n"
+                                 R"({"goal": "g", "sol1": "a", "label": 1})"
+                                 "\n");
+  expect_load_error({"piqa", dir / "piqa.jsonl", -1, 0}, {"piqa.jsonl:3", "missing field 'sol2'"});
+  write_text(dir / "boolq.jsonl", R"({"passage": "p", "question": "q", "label": 2})" "\n");
+  expect_load_error({"boolq", dir / "boolq.jsonl", -1, 0},
+                    {"boolq.jsonl:1", "field 'label' is 2, not an answer in 0..1"});
+  write_text(dir / "arc.jsonl",
+             R"({"question": "q", "choices": {"text": ["x", "y"], "label": ["A", "B"]}, "answerKey": "C"})"
+             "\n");
+  expect_load_error({"arc_easy", dir / "arc.jsonl", -1, 0},
+                    {"arc.jsonl:1", "answerKey 'C' is not one of the labels"});
+  write_text(dir / "broken.jsonl", "{\"goal\": \n");
+  expect_load_error({"piqa", dir / "broken.jsonl", -1, 0}, {"broken.jsonl:1", "not a JSON object"});
+  expect_load_error({"piqa", dir / "none.jsonl", -1, 0}, {"none.jsonl", "no such file"});
+  expect_load_error({"hellaswag", dir / "piqa.jsonl", 3, 0}, {"--shots applies to mmlu only"});
+  expect_load_error({"mmlu_pro", dir.path(), -1, 0}, {"unknown task 'mmlu_pro'", "hellaswag"});
+}
+
+TEST(Tasks, BigramModelScoresEveryDocAsComputed) {
+  const std::unique_ptr<Tokenizer> tokenizer =
+      Tokenizer::load((golden_dir("llama3") / "tokenizer.json").string());
+  const nlohmann::json fixture = harness_fixture();
+  auto backend = make_backend("cpu");
+  const LlamaConfig config = scorer_config(tokenizer->vocab_size(), 16, 512);
+  const std::vector<float> table = bigram_table(config.dim, config.vocab_size, 8);
+  ModelOptions options;
+  options.max_batch = 4;
+  options.max_seq = 64;
+  const auto model = make_bigram_model(*backend, config, table, options);
+  for (const nlohmann::json& entry : fixture["tasks"]) {
+    TempDir dir;
+    const std::string task = entry["task"];
+    TaskLoadOptions load{task, dir / "docs.jsonl", entry["num_fewshot"], 0};
+    if (task == "mmlu") {
+      load.data = dir.path();
+      write_text(dir / "test.jsonl", json_lines(entry["docs"]));
+      write_text(dir / "dev.jsonl", json_lines(entry["fewshot_docs"]));
+    } else {
+      write_text(load.data, json_lines(entry["docs"]));
+    }
+    const std::vector<TaskDoc> docs = load_task(load);
+    const TaskInfo& info = find_task(task);
+    const TaskScores scores =
+        evaluate_task(*model, *tokenizer, info, load.shots, docs, TaskEvalOptions{3, 0, {}});
+    double acc_sum = 0;
+    for (size_t d = 0; d < docs.size(); ++d) {
+      std::vector<double> want;
+      for (const auto& [context_text, continuation_text] : docs[d].pairs) {
+        // The harness's split: trailing context whitespace moves to the continuation.
+        const std::string context = python_rstrip(context_text);
+        const std::string continuation = context_text.substr(context.size()) + continuation_text;
+        const std::vector<int32_t> ctx = tokenizer->encode(context, true);
+        const std::vector<int32_t> whole = tokenizer->encode(context + continuation, true);
+        double ll = 0;
+        for (size_t i = ctx.size(); i < whole.size(); ++i) {
+          ll += bigram_logprob(config, table, whole[i - 1], whole[i]);
+        }
+        want.push_back(ll);
+      }
+      ASSERT_EQ(scores.docs[d].loglikelihoods.size(), want.size());
+      for (size_t c = 0; c < want.size(); ++c) {
+        EXPECT_NEAR(scores.docs[d].loglikelihoods[c], want[c], 1e-4) << task << " doc " << d;
+      }
+      const int pred = static_cast<int>(std::max_element(want.begin(), want.end()) - want.begin());
+      EXPECT_EQ(scores.docs[d].acc, pred == docs[d].gold) << task << " doc " << d;
+      acc_sum += pred == docs[d].gold;
+    }
+    EXPECT_NEAR(scores.overall.acc, acc_sum / static_cast<double>(docs.size()), 1e-12) << task;
+    EXPECT_EQ(scores.overall.items, static_cast<int64_t>(docs.size()));
+  }
+}
+
+}  // namespace
+}  // namespace anvil::test
