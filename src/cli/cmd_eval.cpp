@@ -186,7 +186,7 @@ int run_eval(const std::vector<std::string>& args) {
   threads.add_to(app);
   if (!parse_args(app, args)) return 0;
   threads.configure();
-  ANVIL_CHECK(!o.text_file.empty() || !o.data.empty(),
+  ANVIL_CHECK(!o.text_file.empty() || !o.data.empty() || !o.task.empty(),
               "[eval] pass --text-file FILE, --data DIR or --task NAME --data PATH (see 'anvil "
               "eval --help')");
   ANVIL_CHECK(o.seq_len >= 0 && o.stride >= 0 && o.batch_size >= 1,

@@ -85,7 +85,13 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache,
     call_hook(&GroupHooks::after_forward, layer_group(l));
   }
   cache.commit_append(dims.batch, dims.seq);
-  if (selected == 0) return;
+  const int head = head_group(config_);
+  if (selected == 0) {
+    // No logits wanted (a prefill), but observers see every pass visit the head as usual.
+    begin_forward(head);
+    call_hook(&GroupHooks::after_forward, head);
+    return;
+  }
 
   // Gather the chosen positions, then norm + head on those rows only. The embeddings'
   // residual[0] is free by now and holds at least n rows.
@@ -97,7 +103,6 @@ void LlamaModel::forward_step(const Tensor& tokens, KvCache& cache,
   BlockContext head_ctx = ctx;
   head_ctx.dims = StepDims{static_cast<int>(selected), 1};
   head_ctx.local_rows = selected;
-  const int head = head_group(config_);
   begin_forward(head);
   head_block_forward_logits(head_ctx, compute_weights(), gathered, acts_, logits);
   call_hook(&GroupHooks::after_forward, head);

@@ -360,6 +360,19 @@ LossSum DataParallelEngine::evaluate(int64_t count, const std::function<Batch(in
   return total;
 }
 
+void DataParallelEngine::run_inference(const std::function<void()>& body) {
+  ANVIL_CHECK(pass_ == Pass::idle, "[engine] run_inference inside another pass");
+  inference_ = true;
+  try {
+    body();
+  } catch (...) {
+    inference_ = false;
+    if (pass_ != Pass::idle) end_pass();
+    throw;
+  }
+  inference_ = false;
+}
+
 MemoryReport DataParallelEngine::memory() const {
   MemoryReport report;
   const ModelMemory model = model_->memory();  // what the model allocated itself

@@ -104,6 +104,10 @@ class DataParallelEngine final : private GroupHooks {
   // Returns the loss over batches 0..count-1, batch i run by data rank i % world and the
   // sums added in batch order (so equal to a single process's). Collective.
   LossSum evaluate(int64_t count, const std::function<Batch(int64_t)>& batch_at);
+  // Runs `body`, which may call only the model's forward passes (forward_logits,
+  // forward_step), the same calls on every rank; under ZeRO-3 each pass gathers its weights
+  // as evaluate()'s do. Benchmark scoring during training runs this way.
+  void run_inference(const std::function<void()>& body);
 
   LlamaModel& model() const { return *model_; }
   DeviceMesh& mesh() const { return *mesh_; }
@@ -240,6 +244,7 @@ class DataParallelEngine final : private GroupHooks {
   std::deque<PendingReduction> reductions_;                // stages 2-3
   std::vector<int> gradient_slot_of_;                      // group -> slot, or -1
   Pass pass_ = Pass::idle;
+  bool inference_ = false;  // inside run_inference: each forward pass is an eval pass
   int micro_step_ = 0;
   std::vector<int> weight_uses_;  // the order a pass reads groups (stage 3 prefetch)
   std::vector<CpLocalBatch> local_rows_;  // context parallelism: this rank's rows of a step

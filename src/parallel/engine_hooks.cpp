@@ -32,6 +32,7 @@ void DataParallelEngine::end_pass() {
 }
 
 void DataParallelEngine::before_forward(int group) {
+  if (inference_ && group == kEmbeddingGroup) begin_pass(Pass::eval);
   poll_reductions(false);
   if (stage_ == 3) acquire_weights(group);
   if (pass_ == Pass::train && group == head_ && stage_ >= 2) {
@@ -46,6 +47,7 @@ void DataParallelEngine::before_forward(int group) {
 void DataParallelEngine::after_forward(int group) {
   if (stage_ == 3) release_weights(group);
   poll_reductions(false);
+  if (inference_ && group == head_) end_pass();
 }
 
 void DataParallelEngine::before_backward(int group) {

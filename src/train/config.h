@@ -121,6 +121,11 @@ struct LoraConfigSection {
 
 struct EvalConfigSection {
   int64_t batch_size = 0;  // 0: training.batch_size
+  // Benchmarks scored at every evaluation (eval/tasks.h), with one data path per task.
+  std::vector<std::string> tasks;
+  std::vector<std::string> task_data;
+  int64_t task_shots = -1;  // -1: each task's default (mmlu 5)
+  int64_t task_limit = 0;   // > 0: the first N questions of each subtask
 };
 
 struct LoggingConfigSection {

@@ -95,6 +95,13 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(lora, base_dtype,
                          "dtype of the frozen base: auto (training.dtype), f32 or bf16"),
       ANVIL_CONFIG_FIELD(eval, batch_size, "sequences per eval batch (0: training.batch_size)"),
+      ANVIL_CONFIG_FIELD(eval, tasks,
+                         "benchmarks scored at every evaluation: mmlu, hellaswag, arc_easy, "
+                         "arc_challenge, piqa, winogrande, boolq (see `anvil eval --help`)"),
+      ANVIL_CONFIG_FIELD(eval, task_data, "one data path per eval.tasks entry"),
+      ANVIL_CONFIG_FIELD(eval, task_shots, "few-shot examples for mmlu (-1: 5)"),
+      ANVIL_CONFIG_FIELD(eval, task_limit,
+                         "questions per subtask at each evaluation (0: all)"),
       ANVIL_CONFIG_FIELD(logging, every, "plain progress line every N steps"),
       ANVIL_CONFIG_FIELD(logging, json, "print a JSON summary as the last stdout line"),
   };

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
+#include "eval/tasks.h"
 #include "optim/lr_schedule.h"
 #include "model/context_parallel.h"
 #include "model/parameter_table.h"
@@ -52,6 +54,42 @@ void validate_model(const ModelConfigSection& model) {
               "[config] model.rope_scaling_factor must be >= 0 (0: off), got {}",
               model.rope_scaling_factor);
   ANVIL_CHECK(model.norm_eps > 0, "[config] model.norm_eps must be > 0, got {}", model.norm_eps);
+}
+
+// Checks [eval] tasks: known names, one existing data path each, and a setup that can score
+// them (a tokenizer, whole sequences on every rank).
+void validate_eval_tasks(const TrainConfig& config) {
+  const EvalConfigSection& eval = config.eval;
+  if (eval.tasks.empty()) {
+    ANVIL_CHECK(eval.task_data.empty(), "[config] eval.task_data is set but eval.tasks is empty");
+    return;
+  }
+  ANVIL_CHECK(eval.task_data.size() == eval.tasks.size(),
+              "[config] eval.tasks names {} tasks but eval.task_data gives {} paths; give one "
+              "data path per task, in the same order",
+              eval.tasks.size(), eval.task_data.size());
+  std::vector<std::string> names;
+  for (const TaskInfo& task : known_tasks()) names.push_back(task.name);
+  for (const std::string& name : eval.tasks) {
+    ANVIL_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
+                "[config] eval.tasks: unknown task '{}' (did you mean '{}'?)", name,
+                closest_name(name, names));
+  }
+  for (size_t i = 0; i < eval.tasks.size(); ++i) {
+    const std::string& name = eval.tasks[i];
+    ANVIL_CHECK(std::filesystem::exists(eval.task_data[i]),
+                "[config] eval.task_data: {} (the data of {}) does not exist", eval.task_data[i],
+                name);
+    ANVIL_CHECK(name == "mmlu" || eval.task_shots <= 0,
+                "[config] eval.task_shots applies to mmlu only; {} runs 0-shot", name);
+  }
+  ANVIL_CHECK(eval.task_shots >= -1, "[config] eval.task_shots must be >= -1");
+  check_non_negative(eval.task_limit, "eval.task_limit");
+  ANVIL_CHECK(!config.data.synthetic,
+              "[config] eval.tasks needs a tokenizer, and synthetic data has none");
+  ANVIL_CHECK(config.parallel.tp <= 1 && config.parallel.cp <= 1,
+              "[config] eval.tasks scores with the KV cache, which needs whole sequences and "
+              "the whole model on each rank: not available with parallel.tp or parallel.cp > 1");
 }
 
 void validate_training(const TrainConfig& config) {
@@ -198,6 +236,7 @@ void validate_rest(const TrainConfig& config) {
   ANVIL_CHECK(config.lora.dropout >= 0 && config.lora.dropout < 1,
               "[config] lora.dropout must be in [0, 1), got {}", config.lora.dropout);
   check_non_negative(config.eval.batch_size, "eval.batch_size");
+  validate_eval_tasks(config);
   check_positive(config.logging.every, "logging.every");
 }
 

@@ -35,9 +35,15 @@ std::string format_metrics_line(const TrainStepRecord& r) {
 }
 
 std::string format_metrics_line(const EvalRecord& r) {
-  return fmt::format(
-      "{{\"type\":\"eval\",\"step\":{},\"loss\":{},\"ppl\":{},\"tokens\":{},\"elapsed_s\":{:.3f}}}",
-      r.step, json_number(r.loss), json_number(r.perplexity), r.tokens, r.elapsed_s);
+  std::string line = fmt::format("{{\"type\":\"eval\",\"step\":{}", r.step);
+  if (r.has_loss) {
+    line += fmt::format(",\"loss\":{},\"ppl\":{},\"tokens\":{}", json_number(r.loss),
+                        json_number(r.perplexity), r.tokens);
+  }
+  for (const auto& [name, value] : r.task_scores) {
+    line += fmt::format(",\"{}\":{}", name, json_number(value));
+  }
+  return line + fmt::format(",\"elapsed_s\":{:.3f}}}", r.elapsed_s);
 }
 
 MetricsWriter::MetricsWriter(std::filesystem::path path, int64_t keep_through_step)

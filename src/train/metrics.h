@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace anvil {
 
@@ -31,6 +33,9 @@ struct EvalRecord {
   double perplexity = 0;
   int64_t tokens = 0;  // target tokens this evaluation scored
   double elapsed_s = 0;
+  bool has_loss = true;  // false when only benchmark tasks were scored (no validation split)
+  // Benchmark scores ([eval] tasks) as metric name and value, e.g. ("mmlu_acc", 0.31).
+  std::vector<std::pair<std::string, double>> task_scores;
 };
 
 // Returns the JSON line (no newline) for a record.

@@ -11,6 +11,7 @@
 // training.skip_nonfinite is skipped (step, learning-rate schedule and data cursor advance,
 // AdamW does not) until max_skipped_steps in a row. A checkpoint that cannot be written stops
 // the run, or with checkpoint.on_error = "continue" is retried at the next checkpoint step.
+#include "train/training_benchmarks.h"
 #include "train/trainer.h"
 
 #include <fmt/format.h>
@@ -200,6 +201,7 @@ class Trainer {
   int eval_batch_size_;
   HostBatch train_batch_;
   HostBatch eval_batch_;
+  TrainingBenchmarks benchmarks_;
   int64_t last_saved_step_ = -1;
   int64_t checkpoint_failures_ = 0;
   std::filesystem::path last_checkpoint_;
@@ -224,7 +226,8 @@ Trainer::Trainer(const TrainRunOptions& options)
       seq_len_(static_cast<int>(options.config.training.seq_len)),
       eval_batch_size_(static_cast<int>(eval_batch_size(options.config))),
       train_batch_(int64_t{micro_batch_} * grad_accum_, seq_len_, options.config.training.doc_mask),
-      eval_batch_(eval_batch_size_, seq_len_, options.config.training.doc_mask) {
+      eval_batch_(eval_batch_size_, seq_len_, options.config.training.doc_mask),
+      benchmarks_(options.config) {
   ANVIL_CHECK(config_.lora.r == 0 || !config_.model.init_from.empty(),
               "[train] lora.r = {} trains adapters on a frozen base, but model.init_from names "
               "no base model (use anvil finetune --model DIR, or set lora.r = 0)",
@@ -409,6 +412,21 @@ StepOutcome Trainer::train_step(int64_t step) {
 }
 
 EvalRecord Trainer::evaluate(int64_t step) {
+  EvalRecord record;
+  record.step = step;
+  record.has_loss = data_.val != nullptr;
+  if (!benchmarks_.empty()) {
+    record.task_scores = benchmarks_.score(*engine_, eval_batch_size_);
+    std::string line;
+    for (const auto& [name, value] : record.task_scores) {
+      line += fmt::format("{}{} {:.4f}", line.empty() ? "" : " | ", name, value);
+    }
+    message(fmt::format("eval step {}: {}", step, line));
+  }
+  if (!data_.val) {
+    record.elapsed_s = seconds_between(run_start_, Clock::now());
+    return record;
+  }
   // Batch i runs on data rank i % world; the engine adds the sums in batch order.
   const int64_t batches = (data_.val_samples + eval_batch_size_ - 1) / eval_batch_size_;
   HostBatch::Views views;
@@ -419,8 +437,6 @@ EvalRecord Trainer::evaluate(int64_t step) {
     eval_batch_.fill(*data_.val, 0, first, count);
     return eval_batch_.micro_batch(0, count, views);
   });
-  EvalRecord record;
-  record.step = step;
   record.loss = total.mean();
   record.perplexity = std::exp(record.loss);
   record.tokens = total.count;
@@ -521,6 +537,7 @@ TrainResult Trainer::run() {
   message(fmt::format("model {} ({:.2f}M parameters)", llama_.summary(),
                       static_cast<double>(llama_.param_count()) / 1e6));
   message(fmt::format("data {}", data_.description));
+  if (!benchmarks_.empty()) message("benchmarks at each evaluation: " + benchmarks_.describe());
   message(fmt::format("{} steps x {} sequences x {} tokens = {} tokens per step", total_steps,
                       global_rows, seq_len_, tokens_per_step));
   report_sharding();
@@ -573,12 +590,12 @@ TrainResult Trainer::run() {
     result.steps_this_run = steps_done;
     result.tokens_this_run += tokens_per_step;
     const bool last = step == total_steps;
-    if (data_.val &&
+    if ((data_.val || !benchmarks_.empty()) &&
         ((config_.training.eval_every > 0 && step % config_.training.eval_every == 0) || last)) {
       watch(step, "eval");
       const EvalRecord record = evaluate(step);
       if (root_) metrics->write(record);
-      result.final_val_loss = record.loss;
+      if (record.has_loss) result.final_val_loss = record.loss;
       watch(step, nullptr);
     }
     // Ranks receive a stop signal at slightly different times; they agree on the step.

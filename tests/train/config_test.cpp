@@ -93,6 +93,10 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "lora.init_from",
                                              "lora.base_dtype",
                                              "eval.batch_size",
+                                             "eval.tasks",
+                                             "eval.task_data",
+                                             "eval.task_shots",
+                                             "eval.task_limit",
                                              "logging.every",
                                              "logging.json"};
   std::vector<std::string> actual;

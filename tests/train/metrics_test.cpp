@@ -30,6 +30,11 @@ TEST(MetricsTest, LinesUseRoundTripNumbersWithTimeFieldsLast) {
   EXPECT_EQ(format_metrics_line(eval),
             "{\"type\":\"eval\",\"step\":10,\"loss\":2,\"ppl\":7.38905609893065,\"tokens\":4096,"
             "\"elapsed_s\":1.250}");
+  // Benchmark scores follow the loss; without a validation split only they are written.
+  EvalRecord tasks{12, 0, 0, 0, 3.5, false, {{"mmlu_acc", 0.25}, {"hellaswag_acc_norm", 0.5}}};
+  EXPECT_EQ(format_metrics_line(tasks),
+            "{\"type\":\"eval\",\"step\":12,\"mmlu_acc\":0.25,\"hellaswag_acc_norm\":0.5,"
+            "\"elapsed_s\":3.500}");
 }
 
 TEST(MetricsTest, ResumeCutsRecordsPastTheCheckpointAndATornLine) {

@@ -11,52 +11,13 @@
 #include <string>
 
 #include "../eval_test_util.h"
+#include "cli_test_util.h"
 #include "io/safetensors_collection.h"
 
 namespace anvil::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CommandResult run_anvil(const std::string& args) {
-  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-// Runs a command that must succeed and returns its output.
-std::string run_ok(const std::string& args) {
-  const CommandResult result = run_anvil(args);
-  EXPECT_EQ(result.exit_code, 0) << "anvil " << args << "\n" << result.output;
-  return result.output;
-}
-
-// Returns the JSON object on the last line of an output.
-nlohmann::json last_json_line(const std::string& output) {
-  std::string text = output;
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  const size_t start = text.rfind('\n');
-  return nlohmann::json::parse(start == std::string::npos ? text : text.substr(start + 1));
-}
-
-std::string quoted(const fs::path& path) {
-  std::string text = "'";
-  text += path.string();
-  text += '\'';
-  return text;
-}
 
 // Returns name -> raw bytes of every tensor of a checkpoint.
 std::map<std::string, std::vector<uint8_t>> tensor_bytes(const fs::path& path) {
