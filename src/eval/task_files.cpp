@@ -137,6 +137,10 @@ std::vector<TaskRecord> read_mmlu_csv(const std::filesystem::path& file, int64_t
   ANVIL_CHECK(in.good(), "[eval] {}: cannot open the MMLU file", file.string());
   csv_parser parser;
   ANVIL_CHECK(csv_init(&parser, CSV_STRICT | CSV_STRICT_FINI) == 0, "[eval] csv_init failed");
+  // libcsv trims spaces and tabs around unquoted fields by default; Python's csv module (which
+  // wrote the MMLU release and which the harness's datasets read) keeps them, and a choice
+  // such as "toward the therapist. " is scored with its space.
+  csv_set_space_func(&parser, [](unsigned char) { return 0; });
   CsvState state;
   state.file = file;
   std::string line;

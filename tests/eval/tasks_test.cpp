@@ -97,6 +97,26 @@ TEST(Tasks, PairsEqualTheHarnessOnEveryTask) {
   for (const TaskInfo& task : known_tasks()) EXPECT_TRUE(covered.contains(task.name)) << task.name;
 }
 
+// The MMLU release and Python's csv module quote a field only when it needs it, so spaces
+// around an unquoted field are part of it (professional_psychology's dev choices end in one).
+TEST(Tasks, MmluCsvKeepsSpacesAroundUnquotedFields) {
+  TempDir dir;
+  const std::string question = "Which holds?,\" a \",b ,\tc, d,B\r\n";
+  write_text(dir / "csv" / "dev" / "anatomy_dev.csv", question);
+  write_text(dir / "csv" / "test" / "anatomy_test.csv", question);
+  const nlohmann::json doc = {{"subject", "anatomy"}, {"question", "Which holds?"},
+                              {"choices", {" a ", "b ", "\tc", " d"}}, {"answer", 1}};
+  write_text(dir / "jsonl" / "dev.jsonl", doc.dump() + "\n");
+  write_text(dir / "jsonl" / "test.jsonl", doc.dump() + "\n");
+  const std::vector<TaskDoc> from_csv = load_task({"mmlu", dir / "csv", 1, 0});
+  const std::vector<TaskDoc> from_jsonl = load_task({"mmlu", dir / "jsonl", 1, 0});
+  ASSERT_EQ(from_csv.size(), 1u);
+  ASSERT_EQ(from_jsonl.size(), 1u);
+  EXPECT_EQ(from_csv[0].pairs, from_jsonl[0].pairs);
+  EXPECT_NE(from_csv[0].pairs[0].first.find("\nB. b \nC. \tc\nD.  d\n"), std::string::npos)
+      << from_csv[0].pairs[0].first;
+}
+
 TEST(Tasks, LimitKeepsTheFirstDocsOfEachSubtask) {
   const nlohmann::json fixture = harness_fixture();
   for (const nlohmann::json& entry : fixture["tasks"]) {
