@@ -105,6 +105,10 @@ void StepProfiler::record_traffic(const MeshTraffic& traffic) {
                                {"fsdp", static_cast<double>(traffic.fsdp)}});
 }
 
+std::filesystem::path StepProfiler::rank_trace_path(int rank) const {
+  return run_dir_ / "trace" / fmt::format("rank-{:05d}.json", rank);
+}
+
 void StepProfiler::finish() {
   if (open_) close();
 }
@@ -112,13 +116,11 @@ void StepProfiler::finish() {
 void StepProfiler::close() {
   open_ = false;
   const TraceLog log = TraceRecorder::instance().stop();
-  events_ = log.events.size();
   const int rank = world_->rank();
   std::string error;
   try {
-    std::filesystem::create_directories(run_dir_ / "trace");
-    write_file_atomic(run_dir_ / "trace" / fmt::format("rank-{:05d}.json", rank),
-                      chrome_trace(log, rank).dump());
+    std::filesystem::create_directories(rank_trace_path(rank).parent_path());
+    write_file_atomic(rank_trace_path(rank), chrome_trace(log, rank).dump());
   } catch (const std::exception& e) {
     error = fmt::format("[trace] rank {} could not write its trace: {}", rank, e.what());
   }
@@ -136,8 +138,7 @@ void StepProfiler::close() {
   if (rank == 0) {
     try {
       std::vector<std::filesystem::path> files;
-      for (int r = 0; r < world_->size(); ++r)
-        files.push_back(run_dir_ / "trace" / fmt::format("rank-{:05d}.json", r));
+      for (int r = 0; r < world_->size(); ++r) files.push_back(rank_trace_path(r));
       nlohmann::json merged = merge_chrome_traces(files);
       nlohmann::json ranks = nlohmann::json::array();
       for (const TraceRankSummary& s : summaries_)

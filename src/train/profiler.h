@@ -69,6 +69,7 @@ class StepProfiler {
   void close();
   // Records the bytes counted so far on each mesh axis as the counter "comm bytes".
   void record_traffic(const MeshTraffic& traffic);
+  std::filesystem::path rank_trace_path(int rank) const;
 
   ProfileWindow window_;
   std::filesystem::path run_dir_;
@@ -77,7 +78,6 @@ class StepProfiler {
   bool open_ = false;
   int64_t first_recorded_ = 0;
   int64_t last_recorded_ = 0;
-  size_t events_ = 0;  // this rank's
   std::vector<TraceRankSummary> summaries_;
 };
 
