@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "model/llama_parameters.h"
 #include "parallel/collectives.h"
 #include "parallel/exact_sum.h"
@@ -237,7 +238,10 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
     for (size_t r = 0; r < ranks; ++r) report.loss.sum += all_sums[r * micro_batches.size() + m];
   }
 
-  report.grad_norm = global_grad_norm();
+  {
+    TraceSpan span("grad norm", kTraceCompute);
+    report.grad_norm = global_grad_norm();
+  }
   report.clip_scale = clip_coefficient(report.grad_norm, options_.grad_clip);
   // Both values are global (all-gathered, summed in one order), so every rank takes the
   // same branch and no collective below is left unmatched.
@@ -246,7 +250,11 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
     return report;
   }
   weight_slots_.wait_all();  // no gather may still read the shards the step rewrites
-  optimizer_->step(lr, report.clip_scale);
+  {
+    TraceSpan span("optimizer step", kTraceCompute);
+    span.arg("lr", lr).arg("clip_scale", report.clip_scale);
+    optimizer_->step(lr, report.clip_scale);
+  }
   publish_weights();
   return report;
 }

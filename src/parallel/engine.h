@@ -171,6 +171,18 @@ class DataParallelEngine final : private GroupHooks {
   void before_backward(int group) override;
   void after_backward(int group) override;
 
+  // Traces: the model's work on one group, from the hook that hands the group over (its
+  // gathers done) to the hook that takes it back, is one "compute" span: "forward layer 3",
+  // "backward layer 3", "forward+backward head" (train) or "forward head" (eval).
+  struct GroupSpan {
+    uint64_t session = 0;  // 0: none open
+    int64_t begin_ns = 0;
+    int group = -1;
+    bool forward = true;
+  };
+  void open_group_span(int group, bool forward);
+  void close_group_span(int group, bool backward_done);
+
   // Elements [begin, begin + length) of a group's buffer.
   struct ElementRange {
     int64_t begin = 0;
@@ -250,6 +262,7 @@ class DataParallelEngine final : private GroupHooks {
   std::vector<CpLocalBatch> local_rows_;  // context parallelism: this rank's rows of a step
   std::vector<Batch> local_batches_;
   size_t use_position_ = 0;
+  GroupSpan group_span_;
 };
 
 }  // namespace anvil

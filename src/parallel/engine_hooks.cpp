@@ -2,10 +2,14 @@
 // the per-micro-step gradient reductions of every stage. Every rank makes the same calls in
 // the same order (the model's hook sequence is fixed), so collectives match across ranks;
 // chained steps of a reduction start in FIFO order for the same reason.
+#include <fmt/format.h>
+
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "model/llama_parameters.h"
 #include "parallel/engine.h"
 
@@ -42,9 +46,11 @@ void DataParallelEngine::before_forward(int group) {
     bind_gradient_slot(head_);
     start_running_sum_gather(head_);
   }
+  open_group_span(group, true);
 }
 
 void DataParallelEngine::after_forward(int group) {
+  close_group_span(group, false);
   if (stage_ == 3) release_weights(group);
   poll_reductions(false);
   if (inference_ && group == head_) end_pass();
@@ -57,12 +63,43 @@ void DataParallelEngine::before_backward(int group) {
     if (!(tied_ && group == kEmbeddingGroup)) bind_gradient_slot(group);
     start_running_sum_gather(group);
   }
+  open_group_span(group, false);
 }
 
 void DataParallelEngine::after_backward(int group) {
+  close_group_span(group, true);
   if (stage_ == 3) release_weights(group);
   if (pass_ == Pass::train) reduce_gradient(group);
   poll_reductions(false);
+}
+
+void DataParallelEngine::open_group_span(int group, bool forward) {
+  group_span_.session = TraceRecorder::instance().session();
+  if (group_span_.session == 0) return;
+  group_span_.begin_ns = TraceRecorder::now_ns();
+  group_span_.group = group;
+  group_span_.forward = forward;
+}
+
+void DataParallelEngine::close_group_span(int group, bool backward_done) {
+  if (group_span_.session == 0 || group_span_.group != group) return;
+  const char* kind = !group_span_.forward ? "backward"
+                     : backward_done     ? "forward+backward"
+                                         : "forward";
+  const std::string label = group == kEmbeddingGroup ? std::string("embedding")
+                            : group == head_         ? std::string("head")
+                                                     : fmt::format("layer {}", group - 1);
+  TraceEvent event;
+  event.name = fmt::format("{} {}", kind, label);
+  event.category = kTraceCompute;
+  event.begin_ns = group_span_.begin_ns;
+  event.duration_ns = TraceRecorder::now_ns() - group_span_.begin_ns;
+  event.thread = TraceRecorder::thread_id();
+  event.args.push_back(TraceArg{"group", int64_t{group}});
+  event.args.push_back(TraceArg{"pass", std::string(pass_ == Pass::train ? "train" : "eval")});
+  if (pass_ == Pass::train) event.args.push_back(TraceArg{"micro_step", int64_t{micro_step_}});
+  TraceRecorder::instance().add(group_span_.session, std::move(event));
+  group_span_.session = 0;
 }
 
 void DataParallelEngine::start_weight_gather(int group, int slot, bool with_frozen) {

@@ -126,7 +126,9 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
 }
 
 DeviceMesh::DeviceMesh(Communicator& world, const ParallelSettings& settings)
-    : world_(&world), settings_(settings), shape_(resolve_mesh_shape(settings, world.size())) {
+    : world_(std::make_unique<CountingCommunicator>(world, "world")),
+      settings_(settings),
+      shape_(resolve_mesh_shape(settings, world.size())) {
   const int rank = world.rank();
   const int tp_index = rank % shape_.tp;
   const int data_rank = rank / shape_.tp;  // sample rank * cp + cp index
@@ -135,16 +137,16 @@ DeviceMesh::DeviceMesh(Communicator& world, const ParallelSettings& settings)
   const int dp_index = sample_rank % shape_.dp;
   const int fsdp_index = sample_rank / shape_.dp;
   const int replica_index = dp_index * shape_.cp + cp_index;  // on the engine's dp x cp axis
-  auto counted = [](std::unique_ptr<Communicator> comm) {
-    return std::make_unique<CountingCommunicator>(std::move(comm));
+  auto counted = [](std::unique_ptr<Communicator> comm, const char* axis) {
+    return std::make_unique<CountingCommunicator>(std::move(comm), axis);
   };
-  tp_ = counted(world.split(data_rank, tp_index));
+  tp_ = counted(world.split(data_rank, tp_index), "tp");
   tp_ops_ = std::make_unique<CommunicatorTensorParallel>(*tp_);
-  cp_ = counted(world.split(sample_rank * shape_.tp + tp_index, cp_index));
+  cp_ = counted(world.split(sample_rank * shape_.tp + tp_index, cp_index), "cp");
   cp_ops_ = std::make_unique<CommunicatorContextParallel>(*cp_);
-  data_ = counted(world.split(tp_index, data_rank));
-  dp_ = counted(world.split(fsdp_index * shape_.tp + tp_index, replica_index));
-  fsdp_ = counted(world.split(replica_index * shape_.tp + tp_index, fsdp_index));
+  data_ = counted(world.split(tp_index, data_rank), "data");
+  dp_ = counted(world.split(fsdp_index * shape_.tp + tp_index, replica_index), "dp");
+  fsdp_ = counted(world.split(replica_index * shape_.tp + tp_index, fsdp_index), "fsdp");
 }
 
 MeshTraffic DeviceMesh::traffic() const {

@@ -66,6 +66,8 @@ class DeviceMesh {
   // (collective).
   DeviceMesh(Communicator& world, const ParallelSettings& settings);
 
+  // The world the mesh was split from (counted and traced as axis "world"; its bytes are not
+  // part of traffic()).
   Communicator& world() const { return *world_; }
   // The ranks holding the same fsdp shard (replicas); size dp x cp.
   Communicator& dp() const { return *dp_; }
@@ -106,7 +108,7 @@ class DeviceMesh {
   std::string describe() const;
 
  private:
-  Communicator* world_;
+  std::unique_ptr<CountingCommunicator> world_;
   ParallelSettings settings_;
   MeshShape shape_;
   std::unique_ptr<CountingCommunicator> tp_;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/trace.h"
 #include "io/file_util.h"
 #include "model/hf_config.h"
 #include "model/peft_adapter.h"
@@ -74,11 +75,16 @@ std::filesystem::path CheckpointStore::save(DataParallelEngine& engine,
                                             const TrainConfig& config) {
   Communicator& world = engine.mesh().world();
   const bool root = world.rank() == 0;
+  TraceSpan span("checkpoint save", "checkpoint");
+  span.arg("step", progress.step);
   PhaseOutcome outcome = agreed_phase(world, [&] {
     if (root) manager_.prepare(progress.step);
   });
   if (!outcome.failed) {
-    outcome = agreed_phase(world, [&] { write_files(engine, progress, config); });
+    outcome = agreed_phase(world, [&] {
+      TraceSpan write_span("checkpoint write", "checkpoint");
+      write_files(engine, progress, config);
+    });
   }
   if (!outcome.failed) {
     outcome = agreed_phase(world, [&] {

@@ -56,8 +56,10 @@ std::string nearest_full_name(std::string_view section, std::string_view key) {
     if (!key.empty() && (field.key.starts_with(key) || key.starts_with(field.key))) {
       key_score = std::min<size_t>(key_score, 1);
     }
-    const size_t section_score =
-        field.section == section ? 0 : 1 + edit_distance(section, field.section) / 4;
+    // A key outside any section says nothing about the section: ties go to the table order.
+    size_t section_score = 0;
+    if (field.section != section)
+      section_score = section.empty() ? 1 : 1 + edit_distance(section, field.section) / 4;
     const size_t score = 2 * key_score + section_score;
     if (score < best_score) {
       best_score = score;

@@ -133,6 +133,11 @@ struct LoggingConfigSection {
   bool json = false;   // last stdout line is a JSON summary
 };
 
+// A trace of steps A..B on every rank, merged into <run>/trace.json (docs/observability.md).
+struct ProfileConfigSection {
+  std::string steps;  // "A:B"; empty: no trace
+};
+
 // The defaults are the `tiny` demo preset (configs/tiny.toml): `anvil train` with no
 // arguments trains exactly this.
 struct TrainConfig {
@@ -146,6 +151,7 @@ struct TrainConfig {
   LoraConfigSection lora;
   EvalConfigSection eval;
   LoggingConfigSection logging;
+  ProfileConfigSection profile;
 };
 
 // A pointer to one field of a TrainConfig; its alternative is the field's value type.

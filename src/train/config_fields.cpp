@@ -104,6 +104,9 @@ const std::vector<ConfigField>& config_fields() {
                          "questions per subtask at each evaluation (0: all)"),
       ANVIL_CONFIG_FIELD(logging, every, "plain progress line every N steps"),
       ANVIL_CONFIG_FIELD(logging, json, "print a JSON summary as the last stdout line"),
+      ANVIL_CONFIG_FIELD(profile, steps,
+                         "\"A:B\": trace steps A..B on every rank into <run>/trace.json "
+                         "(empty: off)"),
   };
   return fields;
 }
@@ -113,7 +116,7 @@ const std::vector<ConfigField>& config_fields() {
 const std::vector<std::string_view>& config_sections() {
   static const std::vector<std::string_view> sections = {
       "model",    "data", "training", "attention", "optimizer", "parallel", "checkpoint",
-      "lora",     "eval", "logging"};
+      "lora",     "eval", "logging",  "profile"};
   return sections;
 }
 

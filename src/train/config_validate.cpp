@@ -17,6 +17,7 @@
 #include "train/base_model.h"
 #include "train/config.h"
 #include "train/model_setup.h"
+#include "train/profiler.h"
 
 namespace anvil {
 namespace {
@@ -238,6 +239,7 @@ void validate_rest(const TrainConfig& config) {
   check_non_negative(config.eval.batch_size, "eval.batch_size");
   validate_eval_tasks(config);
   check_positive(config.logging.every, "logging.every");
+  parse_profile_steps(config.profile.steps, config.training.steps);
 }
 
 // Checks the adapters against the model before anything is prepared or built: every target

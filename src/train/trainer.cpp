@@ -5,7 +5,8 @@
 // order, clip by the global norm and apply AdamW at the scheduled rate. One process is the
 // engine at world size 1. Nothing in a step depends on wall time, the world size or anything
 // outside the checkpointed state, so a resumed run repeats the uninterrupted one bit for bit.
-// World rank 0 alone prints, writes metrics and the run's files.
+// World rank 0 alone prints, writes metrics and the run's files (a profile window's trace,
+// profiler.h, has one file per rank).
 // Failure policy: a step with a non-finite loss or gradient norm is never applied (the engine
 // checks before the update); it stops the run with a DivergenceError, or with
 // training.skip_nonfinite is skipped (step, learning-rate schedule and data cursor advance,
@@ -30,6 +31,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/threading.h"
+#include "core/trace.h"
 #include "io/file_util.h"
 #include "model/hf_checkpoint.h"
 #include "model/hf_config.h"
@@ -43,6 +45,7 @@
 #include "train/metrics.h"
 #include "train/base_model.h"
 #include "train/model_setup.h"
+#include "train/profiler.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 #include "train/signals.h"
@@ -202,6 +205,7 @@ class Trainer {
   HostBatch train_batch_;
   HostBatch eval_batch_;
   TrainingBenchmarks benchmarks_;
+  StepProfiler profiler_;
   int64_t last_saved_step_ = -1;
   int64_t checkpoint_failures_ = 0;
   std::filesystem::path last_checkpoint_;
@@ -227,7 +231,9 @@ Trainer::Trainer(const TrainRunOptions& options)
       eval_batch_size_(static_cast<int>(eval_batch_size(options.config))),
       train_batch_(int64_t{micro_batch_} * grad_accum_, seq_len_, options.config.training.doc_mask),
       eval_batch_(eval_batch_size_, seq_len_, options.config.training.doc_mask),
-      benchmarks_(options.config) {
+      benchmarks_(options.config),
+      profiler_(parse_profile_steps(options.config.profile.steps, options.config.training.steps),
+                options.run_dir, world_) {
   ANVIL_CHECK(config_.lora.r == 0 || !config_.model.init_from.empty(),
               "[train] lora.r = {} trains adapters on a frozen base, but model.init_from names "
               "no base model (use anvil finetune --model DIR, or set lora.r = 0)",
@@ -381,6 +387,8 @@ StepOutcome Trainer::train_step(int64_t step) {
   // Samples are numbered from the cursor: BatchLayout's step 0 is this step's global batch.
   std::vector<HostBatch::Views> views(static_cast<size_t>(grad_accum_));
   std::vector<Batch> micro_batches;
+  TraceSpan data_span("data", "data");
+  data_span.arg("samples", int64_t{micro_batch_} * grad_accum_);
   for (int m = 0; m < grad_accum_; ++m) {
     const int64_t row = int64_t{m} * micro_batch_;
     const int64_t first = layout.first_sample(0, m, mesh_->sample_rank());
@@ -388,6 +396,7 @@ StepOutcome Trainer::train_step(int64_t step) {
     micro_batches.push_back(
         train_batch_.micro_batch(row, micro_batch_, views[static_cast<size_t>(m)]));
   }
+  data_span.end();
   if (mesh_->data_rank() == 0 && test_asks_nan_at_step(step)) train_batch_.poison_loss_mask();
   StepOutcome outcome;
   outcome.lr = schedule_.lr_at(step);
@@ -412,6 +421,7 @@ StepOutcome Trainer::train_step(int64_t step) {
 }
 
 EvalRecord Trainer::evaluate(int64_t step) {
+  TraceSpan span("evaluate", "eval");
   EvalRecord record;
   record.step = step;
   record.has_loss = data_.val != nullptr;
@@ -434,6 +444,8 @@ EvalRecord Trainer::evaluate(int64_t step) {
     const int64_t first = i * eval_batch_size_;
     const int count =
         static_cast<int>(std::min<int64_t>(eval_batch_size_, data_.val_samples - first));
+    TraceSpan data_span("data", "data");
+    data_span.arg("samples", count);
     eval_batch_.fill(*data_.val, 0, first, count);
     return eval_batch_.micro_batch(0, count, views);
   });
@@ -555,6 +567,9 @@ TrainResult Trainer::run() {
   int64_t steady_steps = 0;
   MeshTraffic steady_traffic;
   for (int64_t step = first_step; step <= total_steps; ++step) {
+    profiler_.before_step(step, mesh_->traffic());
+    TraceSpan step_span("step", "step");
+    step_span.arg("step", step);
     const MeshTraffic before = mesh_->traffic();
     const StepOutcome outcome = train_step(step);
     const MeshTraffic after = mesh_->traffic();
@@ -600,13 +615,15 @@ TrainResult Trainer::run() {
     }
     // Ranks receive a stop signal at slightly different times; they agree on the step.
     int32_t stop_signal = StopSignalGuard::signal_number();
-    world_.all_reduce(Tensor(&stop_signal, DType::i32, Shape{1}), ReduceOp::max);
+    mesh_->world().all_reduce(Tensor(&stop_signal, DType::i32, Shape{1}), ReduceOp::max);
     const bool stop = stop_signal != 0;
     if ((config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) || last || stop) {
       watch(step, "checkpoint save");
       save_checkpoint(stop);
       watch(step, nullptr);
     }
+    step_span.end();
+    profiler_.after_step(step, mesh_->traffic());
     if (stop) {
       signals.keep_installed();
       result.stopped_by_signal = true;
@@ -615,6 +632,9 @@ TrainResult Trainer::run() {
       break;
     }
   }
+  profiler_.finish();
+  for (const std::string& line : profiler_.summary_lines()) message(line);
+  result.trace = profiler_.summaries();
   result.final_step = progress_.step;
   result.skipped_steps = progress_.skipped_steps;
   result.checkpoint_failures = checkpoint_failures_;
@@ -673,6 +693,11 @@ std::string train_summary_json(const TrainResult& r) {
                                     {"checkpoint_failures", r.checkpoint_failures},
                                     {"run_dir", r.run_dir.string()}};
   if (r.final_val_loss >= 0) summary["final_val_loss"] = r.final_val_loss;
+  if (!r.trace.empty()) {
+    summary["trace"] = nlohmann::ordered_json::array();
+    for (const TraceRankSummary& rank : r.trace)
+      summary["trace"].push_back(trace_summary_json(rank));
+  }
   return summary.dump();
 }
 

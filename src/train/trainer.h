@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "parallel/mesh.h"
 #include "train/config.h"
+#include "train/profiler.h"
 
 namespace anvil {
 
@@ -49,6 +51,7 @@ struct TrainResult {
   int64_t skipped_steps = 0;        // non-finite steps skipped (training.skip_nonfinite), all legs
   int64_t checkpoint_failures = 0;  // saves that failed this run (checkpoint.on_error = continue)
   std::filesystem::path last_checkpoint;
+  std::vector<TraceRankSummary> trace;  // every rank's totals of the profile window, if any
 };
 
 // Runs (or resumes) a training run; throws anvil::Error on bad input or a failed checkpoint

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "train/model_setup.h"
+#include "train/profiler.h"
 
 namespace anvil {
 namespace {
@@ -98,7 +99,8 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "eval.task_shots",
                                              "eval.task_limit",
                                              "logging.every",
-                                             "logging.json"};
+                                             "logging.json",
+                                             "profile.steps"};
   std::vector<std::string> actual;
   for (const ConfigField& field : config_fields()) actual.push_back(field.full_name());
   EXPECT_EQ(actual, expected);
@@ -192,6 +194,35 @@ TEST(ConfigTest, ValidationNamesTheKey) {
   apply_config_override(config, "parallel.collective_timeout_s", "0");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
+}
+
+// profile.steps is empty or "A:B" with 1 <= A <= B <= training.steps.
+TEST(ConfigTest, ProfileStepsAreValidated) {
+  EXPECT_FALSE(parse_profile_steps("", 10).enabled());
+  const ProfileWindow window = parse_profile_steps("3:5", 10);
+  EXPECT_EQ(window.first, 3);
+  EXPECT_EQ(window.last, 5);
+  EXPECT_FALSE(window.contains(2));
+  EXPECT_TRUE(window.contains(3) && window.contains(5));
+  EXPECT_FALSE(window.contains(6));
+  EXPECT_EQ(parse_profile_steps("10:10", 10).first, 10);
+  TrainConfig config;
+  config.training.steps = 6;
+  const auto error_for = [&](const char* steps) {
+    config.profile.steps = steps;
+    return error_of([&] { validate_config(config); });
+  };
+  EXPECT_EQ(error_for("3:5"), "");
+  EXPECT_EQ(error_for("4"),
+            "[config] profile.steps must be \"A:B\" (trace steps A to B, e.g. \"3:5\") or "
+            "empty, got \"4\"");
+  EXPECT_NE(error_for("3:x").find("must be \"A:B\""), std::string::npos);
+  EXPECT_NE(error_for(" 3:5").find("must be \"A:B\""), std::string::npos);
+  EXPECT_EQ(error_for("0:2"), "[config] profile.steps = \"0:2\": steps count from 1");
+  EXPECT_EQ(error_for("5:3"),
+            "[config] profile.steps = \"5:3\": the first step 5 is after the last step 3");
+  EXPECT_EQ(error_for("5:7"),
+            "[config] profile.steps = \"5:7\": step 7 is past training.steps = 6");
 }
 
 // Each inconsistent [attention] setting is one error naming the key and the fix; a consistent

@@ -11,6 +11,7 @@
 #include "backend/registry.h"
 #include "core/cpu_info.h"
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace anvil {
 namespace {
@@ -35,11 +36,15 @@ void CpuBackend::deallocate(void* ptr, size_t bytes) {
 
 void CpuBackend::copy_from_host(const Tensor& dst, const void* src) {
   check_host_tensor(dst, "copy_from_host", "dst");
+  TraceSpan span("copy to device", "copy");
+  span.arg("bytes", dst.nbytes());
   if (dst.nbytes() > 0) std::memcpy(dst.data, src, dst.nbytes());
 }
 
 void CpuBackend::copy_to_host(void* dst, const Tensor& src) {
   check_host_tensor(src, "copy_to_host", "src");
+  TraceSpan span("copy to host", "copy");
+  span.arg("bytes", src.nbytes());
   if (src.nbytes() > 0) std::memcpy(dst, src.data, src.nbytes());
 }
 

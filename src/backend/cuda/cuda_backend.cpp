@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/registry.h"
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace anvil {
 namespace {
@@ -67,12 +68,16 @@ int64_t CudaBackend::peak_device_bytes() const {
 void CudaBackend::copy_from_host(const Tensor& dst, const void* src) {
   cuda::check_tensor(dst, "copy_from_host", "dst",
                      {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
+  TraceSpan span("copy to device", "copy");
+  span.arg("bytes", dst.nbytes());
   if (dst.nbytes() > 0) staging_->to_device(dst.data, src, dst.nbytes(), stream());
 }
 
 void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
   cuda::check_tensor(src, "copy_to_host", "src",
                      {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
+  TraceSpan span("copy to host", "copy");
+  span.arg("bytes", src.nbytes());
   if (src.nbytes() > 0) staging_->to_host(dst, src.data, src.nbytes(), stream());
 }
 

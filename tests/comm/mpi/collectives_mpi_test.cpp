@@ -167,7 +167,7 @@ TEST(MpiCollectives, AsyncRingExchangeDeliversInStartOrder) {
   Communicator& comm = world();
   const int rank = comm.rank(), size = comm.size();
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
-  CountingCommunicator counted(comm.split(0, rank));
+  CountingCommunicator counted(comm.split(0, rank), "ring");
   std::vector<float> first(1000), second(10), got_first(1000), got_second(10);
   for (int64_t i = 0; i < 1000; ++i) first[i] = exact_value(rank, i);
   for (int64_t i = 0; i < 10; ++i) second[i] = exact_value(rank, i + 5000);

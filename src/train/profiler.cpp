@@ -1,0 +1,177 @@
+// The profile window (see profiler.h).
+#include "train/profiler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "core/error.h"
+#include "io/chrome_trace.h"
+#include "io/file_util.h"
+#include "parallel/collectives.h"
+
+namespace anvil {
+namespace {
+
+std::optional<int64_t> parse_step(std::string_view text) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty()) return {};
+  return value;
+}
+
+// Throws the same error on every rank when any rank passes a non-empty `error`: the message
+// of the lowest such rank.
+void agree_on_error(Communicator& world, const std::string& error) {
+  const int64_t mine = error.empty() ? world.size() : world.rank();
+  const std::vector<int64_t> all = all_gather_int64s(world, std::span<const int64_t>(&mine, 1));
+  const int64_t first = *std::min_element(all.begin(), all.end());
+  if (first == world.size()) return;
+  std::string message = error;
+  broadcast_string(world, message, static_cast<int>(first));
+  ANVIL_FAIL("{}", message);
+}
+
+std::string milliseconds(double s) { return fmt::format("{:.2f} ms", s * 1e3); }
+
+}  // namespace
+
+nlohmann::ordered_json trace_summary_json(const TraceRankSummary& s) {
+  const double overlap = s.totals.overlap();
+  return {{"rank", s.rank},
+          {"window_s", s.totals.window_s},
+          {"compute_s", s.totals.compute_s},
+          {"comm_s", s.totals.comm_s},
+          {"exposed_comm_s", s.totals.exposed_comm_s},
+          {"overlap", overlap >= 0 ? nlohmann::ordered_json(overlap) : nlohmann::ordered_json()}};
+}
+
+ProfileWindow parse_profile_steps(const std::string& text, int64_t training_steps) {
+  if (text.empty()) return {};
+  const std::string_view view = text;
+  const size_t colon = view.find(':');
+  const std::optional<int64_t> first =
+      colon == view.npos ? std::nullopt : parse_step(view.substr(0, colon));
+  const std::optional<int64_t> last =
+      colon == view.npos ? std::nullopt : parse_step(view.substr(colon + 1));
+  ANVIL_CHECK(first && last,
+              "[config] profile.steps must be \"A:B\" (trace steps A to B, e.g. \"3:5\") or "
+              "empty, got \"{}\"",
+              text);
+  ANVIL_CHECK(*first >= 1, "[config] profile.steps = \"{}\": steps count from 1", text);
+  ANVIL_CHECK(*first <= *last,
+              "[config] profile.steps = \"{}\": the first step {} is after the last step {}", text,
+              *first, *last);
+  ANVIL_CHECK(*last <= training_steps,
+              "[config] profile.steps = \"{}\": step {} is past training.steps = {}", text, *last,
+              training_steps);
+  return ProfileWindow{*first, *last};
+}
+
+StepProfiler::StepProfiler(ProfileWindow window, std::filesystem::path run_dir,
+                           Communicator& world)
+    : window_(window), run_dir_(std::move(run_dir)), world_(&world) {}
+
+StepProfiler::~StepProfiler() {
+  if (open_) TraceRecorder::instance().stop();
+}
+
+void StepProfiler::before_step(int64_t step, const MeshTraffic& traffic) {
+  if (opened_ || !window_.contains(step)) return;
+  world_->barrier();  // the ranks' clocks start together (to within the barrier's exit skew)
+  TraceRecorder& recorder = TraceRecorder::instance();
+  recorder.start();
+  recorder.set_thread_name("main");
+  opened_ = open_ = true;
+  first_recorded_ = step;
+  record_traffic(traffic);
+}
+
+void StepProfiler::after_step(int64_t step, const MeshTraffic& traffic) {
+  if (!open_) return;
+  record_traffic(traffic);
+  last_recorded_ = step;
+  if (step == window_.last) close();
+}
+
+void StepProfiler::record_traffic(const MeshTraffic& traffic) {
+  trace_counter("comm bytes", {{"tp", static_cast<double>(traffic.tp)},
+                               {"cp", static_cast<double>(traffic.cp)},
+                               {"data", static_cast<double>(traffic.data)},
+                               {"dp", static_cast<double>(traffic.dp)},
+                               {"fsdp", static_cast<double>(traffic.fsdp)}});
+}
+
+std::filesystem::path StepProfiler::rank_trace_path(int rank) const {
+  return run_dir_ / "trace" / fmt::format("rank-{:05d}.json", rank);
+}
+
+void StepProfiler::finish() {
+  if (open_) close();
+}
+
+void StepProfiler::close() {
+  open_ = false;
+  const TraceLog log = TraceRecorder::instance().stop();
+  const int rank = world_->rank();
+  std::string error;
+  try {
+    std::filesystem::create_directories(rank_trace_path(rank).parent_path());
+    write_file_atomic(rank_trace_path(rank), chrome_trace(log, rank).dump());
+  } catch (const std::exception& e) {
+    error = fmt::format("[trace] rank {} could not write its trace: {}", rank, e.what());
+  }
+  agree_on_error(*world_, error);
+
+  const TraceTotals totals = summarize_trace(log);
+  const double mine[] = {totals.window_s, totals.compute_s, totals.comm_s, totals.exposed_comm_s};
+  const std::vector<double> all = all_gather_doubles(*world_, mine);
+  summaries_.clear();
+  for (int r = 0; r < world_->size(); ++r) {
+    const double* v = all.data() + static_cast<size_t>(r) * std::size(mine);
+    summaries_.push_back(TraceRankSummary{r, TraceTotals{v[0], v[1], v[2], v[3]}});
+  }
+
+  if (rank == 0) {
+    try {
+      std::vector<std::filesystem::path> files;
+      for (int r = 0; r < world_->size(); ++r) files.push_back(rank_trace_path(r));
+      nlohmann::json merged = merge_chrome_traces(files);
+      nlohmann::json ranks = nlohmann::json::array();
+      for (const TraceRankSummary& s : summaries_)
+        ranks.push_back(nlohmann::json(trace_summary_json(s)));
+      merged["otherData"] = {
+          {"steps", fmt::format("{}:{}", first_recorded_, last_recorded_)},
+          {"clock", "microseconds since the ranks left a barrier before the first step"},
+          {"summary", std::move(ranks)}};
+      write_file_atomic(trace_path(), merged.dump());
+    } catch (const std::exception& e) {
+      error = fmt::format("[trace] could not merge the ranks' traces into {}: {}",
+                          trace_path().string(), e.what());
+    }
+  }
+  agree_on_error(*world_, error);
+}
+
+std::vector<std::string> StepProfiler::summary_lines() const {
+  if (summaries_.empty()) return {};
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format("trace of steps {}-{} ({} rank{}): {}", first_recorded_,
+                              last_recorded_, summaries_.size(),
+                              summaries_.size() == 1 ? "" : "s", trace_path().string()));
+  for (const TraceRankSummary& s : summaries_) {
+    const double overlap = s.totals.overlap();
+    lines.push_back(fmt::format(
+        "trace rank {}: compute {} | comm {} | exposed comm {} | overlap {} | window {}", s.rank,
+        milliseconds(s.totals.compute_s), milliseconds(s.totals.comm_s),
+        milliseconds(s.totals.exposed_comm_s),
+        overlap >= 0 ? fmt::format("{:.1f}%", overlap * 100.0) : std::string("n/a"),
+        milliseconds(s.totals.window_s)));
+  }
+  return lines;
+}
+
+}  // namespace anvil
