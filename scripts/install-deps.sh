@@ -10,6 +10,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev libxxhash-dev
   libpcre2-dev                       # Unicode regex (with JIT) for tokenizer pre-splitting
   libcsv-dev                         # CSV parsing of the MMLU benchmark files
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files (Event protobufs)
+  libisal-dev                        # their CRC32C (ISA-L's crc32_iscsi)
   libopenblas-dev libdnnl-dev        # GEMM libraries for the optimized CPU backend
   libopenmpi-dev openmpi-bin         # multi-process training and its tests
   fortunes                           # the sample corpus for the demo

@@ -131,6 +131,8 @@ struct EvalConfigSection {
 struct LoggingConfigSection {
   int64_t every = 10;  // plain progress lines every N steps when stdout is not a terminal
   bool json = false;   // last stdout line is a JSON summary
+  bool tensorboard = true;   // also write the metrics as TensorBoard event files
+  double peak_tflops = 0.0;  // one device's peak TFLOP/s, for the MFU in the metrics; 0: no MFU
 };
 
 // A trace of steps A..B on every rank, merged into <run>/trace.json (docs/observability.md).

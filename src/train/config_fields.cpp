@@ -104,6 +104,9 @@ const std::vector<ConfigField>& config_fields() {
                          "questions per subtask at each evaluation (0: all)"),
       ANVIL_CONFIG_FIELD(logging, every, "plain progress line every N steps"),
       ANVIL_CONFIG_FIELD(logging, json, "print a JSON summary as the last stdout line"),
+      ANVIL_CONFIG_FIELD(logging, tensorboard, "also write TensorBoard event files in the run"),
+      ANVIL_CONFIG_FIELD(logging, peak_tflops,
+                         "peak TFLOP/s of one device: metrics get mfu (0: no mfu)"),
       ANVIL_CONFIG_FIELD(profile, steps,
                          "\"A:B\": trace steps A..B on every rank into <run>/trace.json "
                          "(empty: off)"),

@@ -239,6 +239,10 @@ void validate_rest(const TrainConfig& config) {
   check_non_negative(config.eval.batch_size, "eval.batch_size");
   validate_eval_tasks(config);
   check_positive(config.logging.every, "logging.every");
+  ANVIL_CHECK(config.logging.peak_tflops >= 0 && std::isfinite(config.logging.peak_tflops),
+              "[config] logging.peak_tflops must be >= 0 TFLOP/s (0: no MFU in the metrics), "
+              "got {}",
+              config.logging.peak_tflops);
   parse_profile_steps(config.profile.steps, config.training.steps);
 }
 

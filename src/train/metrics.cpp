@@ -1,19 +1,14 @@
-// metrics.jsonl writing and the resume-time cut. Lines are built with fmt rather than a JSON
-// library so the field order and the number text are fixed (see metrics.h).
+// metrics.jsonl writing, the resume-time cut and the records' scalars. Lines are built with fmt
+// rather than a JSON library so the field order and the number text are fixed (see metrics.h).
 #include "train/metrics.h"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
+#include "io/append_file.h"
 #include "io/file_util.h"
 
 namespace anvil {
@@ -24,14 +19,25 @@ std::string json_number(double value) {
   return std::isfinite(value) ? fmt::format("{}", value) : std::string("null");
 }
 
+void flatten(const std::string& tag, const nlohmann::ordered_json& value,
+             std::vector<MetricScalar>& out) {
+  if (value.is_number()) {
+    out.push_back({tag, value.get<double>()});
+  } else if (value.is_object()) {
+    for (const auto& [key, member] : value.items()) flatten(tag + "/" + key, member, out);
+  }
+}
+
 }  // namespace
 
 std::string format_metrics_line(const TrainStepRecord& r) {
   return fmt::format(
       "{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},"
-      "\"skipped_steps\":{},\"tokens_per_s\":{:.1f},\"elapsed_s\":{:.3f}}}",
+      "\"skipped_steps\":{},\"tokens_per_s\":{:.1f}{},\"elapsed_s\":{:.3f}}}",
       r.step, json_number(r.loss), json_number(r.lr), json_number(r.grad_norm), r.tokens,
-      r.skipped_steps, std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0, r.elapsed_s);
+      r.skipped_steps, std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0,
+      r.mfu >= 0 && std::isfinite(r.mfu) ? fmt::format(",\"mfu\":{:.4g}", r.mfu) : "",
+      r.elapsed_s);
 }
 
 std::string format_metrics_line(const EvalRecord& r) {
@@ -46,11 +52,20 @@ std::string format_metrics_line(const EvalRecord& r) {
   return line + fmt::format(",\"elapsed_s\":{:.3f}}}", r.elapsed_s);
 }
 
-MetricsWriter::MetricsWriter(std::filesystem::path path, int64_t keep_through_step)
-    : path_(std::move(path)) {
+std::vector<MetricScalar> metric_scalars(const nlohmann::ordered_json& record) {
+  const std::string type = record.value("type", std::string("metrics"));
+  std::vector<MetricScalar> scalars;
+  for (const auto& [key, value] : record.items()) {
+    if (key == "type" || key == "step") continue;
+    flatten(value.is_object() ? key : type + "/" + key, value, scalars);
+  }
+  return scalars;
+}
+
+MetricsWriter::MetricsWriter(std::filesystem::path path, int64_t keep_through_step) {
   std::string kept;
-  if (keep_through_step >= 0 && std::filesystem::exists(path_)) {
-    std::istringstream lines(read_file(path_));
+  if (keep_through_step >= 0 && std::filesystem::exists(path)) {
+    std::istringstream lines(read_file(path));
     for (std::string line; std::getline(lines, line);) {
       const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       // A torn last line (crash mid-write) is not valid JSON and is dropped.
@@ -58,43 +73,26 @@ MetricsWriter::MetricsWriter(std::filesystem::path path, int64_t keep_through_st
       if (record["step"].get<int64_t>() <= keep_through_step) kept += line + "\n";
     }
   }
-  write_file_atomic(path_, kept);
-  size_ = kept.size();
-  do {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  } while (fd_ < 0 && errno == EINTR);
-  ANVIL_CHECK(fd_ >= 0, "[metrics] cannot open {} for appending: {}", path_.string(),
-              std::strerror(errno));
+  write_file_atomic(path, kept);
+  file_ = std::make_unique<AppendFile>(std::move(path), "[metrics]");
 }
 
-MetricsWriter::~MetricsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
+MetricsWriter::~MetricsWriter() = default;
 
 void MetricsWriter::write(const TrainStepRecord& record) {
-  append_line(format_metrics_line(record));
+  file_->append(format_metrics_line(record) + "\n");
 }
 
-void MetricsWriter::write(const EvalRecord& record) { append_line(format_metrics_line(record)); }
+void MetricsWriter::write(const EvalRecord& record) {
+  file_->append(format_metrics_line(record) + "\n");
+}
 
-void MetricsWriter::append_line(const std::string& line) {
-  const std::string text = line + "\n";
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string reason = n < 0 ? std::strerror(errno) : std::string("no progress");
-      // A torn line would make the file invalid JSON Lines; drop it.
-      if (done > 0 && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
-        ANVIL_FAIL("[metrics] cannot write {}: {} (and cannot cut the torn line off: {})",
-                   path_.string(), reason, std::strerror(errno));
-      }
-      ANVIL_FAIL("[metrics] cannot write {}: {}", path_.string(), reason);
-    }
-    done += static_cast<size_t>(n);
-  }
-  size_ += text.size();
+void MetricsSinks::write(const TrainStepRecord& record) {
+  for (const auto& sink : sinks_) sink->write(record);
+}
+
+void MetricsSinks::write(const EvalRecord& record) {
+  for (const auto& sink : sinks_) sink->write(record);
 }
 
 }  // namespace anvil

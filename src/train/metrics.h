@@ -1,20 +1,26 @@
 // metrics.jsonl: one JSON object per line, per training step ({"type":"train",...}) and per
 // evaluation ({"type":"eval",...}). Deterministic fields come first and are written with the
 // shortest text that round-trips (fmt "{}"), so two runs that compute the same values write
-// the same bytes; the wall-clock fields (tokens_per_s, elapsed_s) always come last, and a
+// the same bytes; the wall-clock fields (tokens_per_s, mfu, elapsed_s) always come last, and a
 // resume test compares lines after removing exactly those fields. On resume the file is cut
 // back to the records of steps up to the checkpoint, so it reads as one uninterrupted run.
 // A non-finite value (the loss of a skipped step) is written as null, and a line that cannot
 // be written whole (disk full) is cut off again, so every line stays valid JSON.
+// metrics.jsonl is one MetricsSink; the trainer writes every record to a list of them
+// (MetricsSinks), the TensorBoard event files (tensorboard_sink.h) being the other.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace anvil {
+
+class AppendFile;
 
 struct TrainStepRecord {
   int64_t step = 0;
@@ -25,6 +31,7 @@ struct TrainStepRecord {
   double tokens_per_s = 0;
   double elapsed_s = 0;
   int64_t skipped_steps = 0;  // steps skipped so far for a non-finite loss or gradient norm
+  double mfu = -1;  // model FLOP utilisation of the step (0-1); < 0: unknown, not written
 };
 
 struct EvalRecord {
@@ -42,26 +49,59 @@ struct EvalRecord {
 std::string format_metrics_line(const TrainStepRecord& record);
 std::string format_metrics_line(const EvalRecord& record);
 
-class MetricsWriter {
+// One named number of a record, as TensorBoard and `anvil report` show it. A number `f` of
+// a train (eval) record is "train/f" ("eval/f"); a number `k` inside an object field `g` is
+// "g/k" (a field "memory": {"activations": ...} gives "memory/activations"); null
+// (non-finite), boolean and string fields are left out, and so is "step", the x axis.
+struct MetricScalar {
+  std::string tag;
+  double value = 0;
+};
+
+// Returns the scalars of one metrics.jsonl record, in the record's field order.
+std::vector<MetricScalar> metric_scalars(const nlohmann::ordered_json& record);
+
+// A destination for the trainer's records. Each sink opens cut back to the checkpoint step
+// it resumes from, so no destination ever holds a step twice.
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  // Records one training step; throws naming the file when it cannot.
+  virtual void write(const TrainStepRecord& record) = 0;
+  // Records one evaluation; throws naming the file when it cannot.
+  virtual void write(const EvalRecord& record) = 0;
+};
+
+// metrics.jsonl.
+class MetricsWriter : public MetricsSink {
  public:
   // Opens `path` for appending after dropping every record whose step exceeds
   // `keep_through_step` (use -1 to start a fresh file). The cut is written atomically.
   MetricsWriter(std::filesystem::path path, int64_t keep_through_step);
-  ~MetricsWriter();
+  ~MetricsWriter() override;
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   // Appends one line with one write(2) (a crash loses at most the current line); throws
   // naming the file and the system's reason when it cannot, with the file cut back to its
   // previous, valid length.
-  void write(const TrainStepRecord& record);
-  void write(const EvalRecord& record);
+  void write(const TrainStepRecord& record) override;
+  void write(const EvalRecord& record) override;
 
  private:
-  void append_line(const std::string& line);
-  std::filesystem::path path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;  // bytes of whole lines in the file
+  std::unique_ptr<AppendFile> file_;
+};
+
+// Every sink of a run, written in order (metrics.jsonl first, the file of record).
+class MetricsSinks : public MetricsSink {
+ public:
+  // Adds a sink.
+  void add(std::unique_ptr<MetricsSink> sink) { sinks_.push_back(std::move(sink)); }
+  void write(const TrainStepRecord& record) override;
+  void write(const EvalRecord& record) override;
+
+ private:
+  std::vector<std::unique_ptr<MetricsSink>> sinks_;
 };
 
 }  // namespace anvil

@@ -31,12 +31,6 @@ constexpr const char* kLockFile = "run.lock";
 // A path that keeps changing inode under us means something else is deleting it on purpose.
 constexpr int kLockAttempts = 8;
 
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
-}
-
 // Returns the lock record's content, read through the descriptor (empty when unreadable).
 std::string read_record(int fd) {
   std::string text;
@@ -63,6 +57,12 @@ std::string describe_owner(const std::string& record) {
 }
 
 }  // namespace
+
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
 
 std::filesystem::path RunDirLock::lock_path(const std::filesystem::path& root) {
   return root / kLockFile;

@@ -49,6 +49,7 @@
 #include "train/progress.h"
 #include "train/run_dir.h"
 #include "train/signals.h"
+#include "train/tensorboard_sink.h"
 
 namespace anvil {
 namespace {
@@ -534,8 +535,14 @@ TrainResult Trainer::run() {
     return result;
   }
   start_or_resume();
-  std::optional<MetricsWriter> metrics;
-  if (root_) metrics.emplace(run_.metrics_path(), last_saved_step_);
+  std::optional<MetricsSinks> metrics;
+  if (root_) {
+    metrics.emplace();
+    metrics->add(std::make_unique<MetricsWriter>(run_.metrics_path(), last_saved_step_));
+    if (config_.logging.tensorboard) {
+      metrics->add(std::make_unique<TensorBoardSink>(run_.root, last_saved_step_));
+    }
+  }
   const int64_t total_steps = config_.training.steps;
   const int64_t global_rows = int64_t{micro_batch_} * grad_accum_ * mesh_->sample_world();
   const int64_t tokens_per_step = global_rows * seq_len_;
@@ -589,10 +596,15 @@ TrainResult Trainer::run() {
         steps_done == 1 ? outcome.seconds : 0.9 * ema_step_seconds + 0.1 * outcome.seconds;
     const double step_tokens_per_s = static_cast<double>(tokens_per_step) / outcome.seconds;
     if (root_) {
+      // Every rank is one device running at most logging.peak_tflops.
+      const double mfu = config_.logging.peak_tflops > 0
+                             ? step_tokens_per_s * result.flops_per_token /
+                                   (config_.logging.peak_tflops * 1e12 * world_.size())
+                             : -1.0;
       metrics->write(TrainStepRecord{step, outcome.loss, outcome.lr, outcome.grad_norm,
                                      progress_.tokens_seen, step_tokens_per_s,
                                      seconds_between(run_start_, Clock::now()),
-                                     progress_.skipped_steps});
+                                     progress_.skipped_steps, mfu});
       printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
                                  step_tokens_per_s,
                                  step_tokens_per_s * result.flops_per_token / 1e9,

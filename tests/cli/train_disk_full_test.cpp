@@ -20,6 +20,7 @@ namespace anvil {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_support::occurrences;
 using testing_support::run_anvil;
 using testing_support::run_shell;
 using testing_support::scratch_dir;
@@ -31,13 +32,6 @@ const std::string kSettings =
     "--training.batch_size=1 --training.grad_accum=1 --training.seq_len=16 "
     "--training.eval_steps=0 --optimizer.schedule=constant --optimizer.warmup_steps=0 "
     "--checkpoint.every=2 --logging.every=1000 --logging.json=true";
-
-int occurrences(const std::string& text, const std::string& needle) {
-  int count = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
-    ++count;
-  return count;
-}
 
 class TrainDiskFullTest : public ::testing::Test {
  protected:

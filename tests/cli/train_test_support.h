@@ -49,12 +49,12 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
   return dir;
 }
 
-// Returns the lines of a run's metrics.jsonl with "tokens_per_s" and "elapsed_s" removed;
+// Returns the lines of a run's metrics.jsonl with the wall-clock fields removed;
 // everything else must match byte for byte between equivalent runs.
 inline std::vector<std::string> deterministic_metrics(const std::filesystem::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
   std::vector<std::string> lines;
-  const std::regex time_fields(R"re(,"(tokens_per_s|elapsed_s)":[-0-9.eE+]+)re");
+  const std::regex time_fields(R"re(,"(tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+)re");
   for (std::string line; std::getline(in, line);) {
     lines.push_back(std::regex_replace(line, time_fields, ""));
   }
@@ -65,6 +65,14 @@ inline std::vector<std::string> deterministic_metrics(const std::filesystem::pat
 inline int count_containing(const std::vector<std::string>& lines, const std::string& needle) {
   int count = 0;
   for (const auto& line : lines) count += line.find(needle) != std::string::npos;
+  return count;
+}
+
+// Returns how many times `needle` occurs in `text`.
+inline int occurrences(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++count;
   return count;
 }
 

@@ -100,6 +100,8 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "eval.task_limit",
                                              "logging.every",
                                              "logging.json",
+                                             "logging.tensorboard",
+                                             "logging.peak_tflops",
                                              "profile.steps"};
   std::vector<std::string> actual;
   for (const ConfigField& field : config_fields()) actual.push_back(field.full_name());

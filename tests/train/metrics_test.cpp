@@ -1,4 +1,5 @@
-// metrics.jsonl: exact line format (round-trip numbers, time fields last) and the resume cut.
+// metrics.jsonl: exact line format (round-trip numbers, time fields last) and the resume cut;
+// the records as named scalars, and the TensorBoard sink writing exactly those.
 #include "train/metrics.h"
 
 #include <gtest/gtest.h>
@@ -12,10 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/tensorboard_events.h"
 #include "train/progress.h"
+#include "train/tensorboard_sink.h"
 
 namespace anvil {
 namespace {
@@ -112,6 +116,73 @@ TEST(MetricsTest, AFailedAppendNamesTheFileAndLeavesOnlyWholeLines) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
   EXPECT_NE(text.find("\"step\":2,"), std::string::npos);
   std::filesystem::remove(path);
+}
+
+TEST(MetricsTest, MfuIsAWallClockFieldWrittenWhenKnown) {
+  TrainStepRecord record{3, 2.0, 1e-3, 0.5, 96, 1000.0, 1.5};
+  EXPECT_EQ(format_metrics_line(record).find("mfu"), std::string::npos);
+  record.mfu = 0.123456;
+  EXPECT_NE(format_metrics_line(record).find(",\"tokens_per_s\":1000.0,\"mfu\":0.1235,"
+                                             "\"elapsed_s\":1.500}"),
+            std::string::npos)
+      << format_metrics_line(record);
+}
+
+TEST(MetricsTest, ScalarsNameEveryNumberOfARecord) {
+  const auto record = nlohmann::ordered_json::parse(
+      R"({"type":"train","step":4,"loss":2.5,"lr":null,"note":"x","flag":true,)"
+      R"("memory":{"activations":1024,"optimizer":{"m":8}},"tokens_per_s":10.5})");
+  const std::vector<MetricScalar> scalars = metric_scalars(record);
+  ASSERT_EQ(scalars.size(), 4u);
+  EXPECT_EQ(scalars[0].tag, "train/loss");
+  EXPECT_EQ(scalars[0].value, 2.5);
+  EXPECT_EQ(scalars[1].tag, "memory/activations");
+  EXPECT_EQ(scalars[1].value, 1024.0);
+  EXPECT_EQ(scalars[2].tag, "memory/optimizer/m");
+  EXPECT_EQ(scalars[3].tag, "train/tokens_per_s");
+  const auto eval = nlohmann::ordered_json::parse(format_metrics_line(
+      EvalRecord{10, 2.0, 7.5, 4096, 1.25, true, {{"mmlu_acc", 0.25}}}));
+  std::vector<std::string> tags;
+  for (const MetricScalar& scalar : metric_scalars(eval)) tags.push_back(scalar.tag);
+  EXPECT_EQ(tags, (std::vector<std::string>{"eval/loss", "eval/ppl", "eval/tokens",
+                                            "eval/mmlu_acc", "eval/elapsed_s"}));
+}
+
+// Every record a sink receives becomes one event of exactly its scalars, as floats.
+TEST(MetricsTest, TensorBoardSinkWritesEachRecordsScalars) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("anvil_tensorboard_sink_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  TrainStepRecord step{1, 0.1 + 0.2, 3e-4, 1.5, 1024, 12345.678, 2.5};
+  step.mfu = 0.25;
+  const EvalRecord eval{1, 2.0, 7.38905609893065, 4096, 1.25, true, {{"mmlu_acc", 0.3}}};
+  {
+    MetricsSinks sinks;
+    sinks.add(std::make_unique<MetricsWriter>(dir / "metrics.jsonl", -1));
+    sinks.add(std::make_unique<TensorBoardSink>(dir, -1));
+    sinks.write(step);
+    sinks.write(eval);
+  }
+  const std::vector<std::filesystem::path> files = event_files(dir);
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<TensorBoardEvent> events = read_event_file(files[0]);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].file_version, kTensorBoardFileVersion);
+  std::istringstream lines(read_file(dir / "metrics.jsonl"));
+  size_t index = 1;
+  for (std::string line; std::getline(lines, line); ++index) {
+    const auto record = nlohmann::ordered_json::parse(line);
+    const std::vector<MetricScalar> expected = metric_scalars(record);
+    ASSERT_LT(index, events.size());
+    EXPECT_EQ(events[index].step, record["step"].get<int64_t>());
+    ASSERT_EQ(events[index].scalars.size(), expected.size()) << line;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(events[index].scalars[i].tag, expected[i].tag);
+      EXPECT_EQ(events[index].scalars[i].value, static_cast<float>(expected[i].value));
+    }
+  }
+  EXPECT_EQ(index, events.size());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ProgressTest, DurationsAndRates) {

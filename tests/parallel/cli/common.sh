@@ -38,9 +38,9 @@ run_logged() {
   "$@" > "$log" 2>&1 || fail "exit status $? from: $*" "$log"
 }
 
-# Prints a run's metrics.jsonl without tokens_per_s and elapsed_s.
+# Prints a run's metrics.jsonl without the wall-clock fields (tokens_per_s, mfu, elapsed_s).
 deterministic_metrics() {
-  sed -E 's/,"(tokens_per_s|elapsed_s)":[-0-9.eE+]+//g' "$1/metrics.jsonl"
+  sed -E 's/,"(tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+//g' "$1/metrics.jsonl"
 }
 
 # Fails unless two runs wrote identical deterministic metrics.
