@@ -197,6 +197,12 @@ class Backend : public Allocator {
   // Returns false when any element is NaN or infinite.
   virtual bool all_finite(const Tensor& x) = 0;
 
+  // Returns whether every op runs activations (and GEMM operands) of `dtype`: f32 and bf16
+  // everywhere; f16 where the backend has f16 kernels.
+  virtual bool supports_compute_dtype(DType dtype) const {
+    return dtype == DType::f32 || dtype == DType::bf16;
+  }
+
   // Returns the most bytes this backend's device allocator has held at once, or -1 for a
   // backend whose tensors live in host memory (the process's peak RSS covers those).
   virtual int64_t peak_device_bytes() const { return -1; }

@@ -49,7 +49,7 @@ void check_attention_merge_args(DeviceType device, const char* backend, const Te
                                 const Tensor& lse, const Tensor& part_out,
                                 const Tensor& part_lse) {
   const char* op = "attention_merge";
-  check_op_tensor(out, device, backend, op, "out", {DType::f32, DType::bf16});
+  check_op_tensor(out, device, backend, op, "out", {DType::f32, DType::bf16, DType::f16});
   check_op_rank(out, op, "out", 4);
   check_op_tensor(part_out, device, backend, op, "part_out", {out.dtype}, out.shape);
   const Shape lse_shape{out.shape[0], out.shape[2], out.shape[1]};

@@ -69,9 +69,13 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   ANVIL_CHECK(!cp.enabled() || cp.ops != nullptr,
               "[model] context parallelism needs the ring exchange (ModelOptions::cp.ops)");
   if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len / cp.size;
-  ANVIL_CHECK(options_.compute_dtype == DType::f32 || options_.compute_dtype == DType::bf16,
-              "[model] compute dtype must be f32 or bf16, got {}",
+  ANVIL_CHECK(options_.compute_dtype == DType::f32 || options_.compute_dtype == DType::bf16 ||
+                  options_.compute_dtype == DType::f16,
+              "[model] compute dtype must be f32, bf16 or f16, got {}",
               dtype_name(options_.compute_dtype));
+  ANVIL_CHECK(backend.supports_compute_dtype(options_.compute_dtype),
+              "[model] compute dtype {} has no kernels on backend {}",
+              dtype_name(options_.compute_dtype), backend.name());
   ANVIL_CHECK(options_.max_batch >= 1, "[model] max_batch must be at least 1, got {}",
               options_.max_batch);
   ANVIL_CHECK(options_.max_seq >= 1 && int64_t{options_.max_seq} * cp.size <= config_.max_seq_len,

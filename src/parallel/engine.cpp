@@ -203,7 +203,8 @@ Tensor DataParallelEngine::moment(int group, int which) const {
   return optimizer_->state_tensors()[static_cast<size_t>(2 * index + which)].tensor;
 }
 
-StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, double lr) {
+StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, double lr,
+                                          double loss_scale) {
   ANVIL_CHECK(static_cast<int>(micro_batches.size()) == options_.micro_batches,
               "[parallel] a step takes {} micro-batches per rank, got {}", options_.micro_batches,
               micro_batches.size());
@@ -217,7 +218,8 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   StepReport report;
   report.loss.count = all_ranks_sum(data, local_tokens);
   ANVIL_CHECK(report.loss.count > 0, "[parallel] the global batch has no trained target tokens");
-  const float grad_scale = static_cast<float>(1.0 / static_cast<double>(report.loss.count));
+  const float grad_scale =
+      static_cast<float>(loss_scale / static_cast<double>(report.loss.count));
 
   if (stage_ <= 1) model_->trainable_gradients().zero();
   std::vector<double> loss_sums(micro_batches.size());
@@ -240,7 +242,7 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
 
   {
     TraceSpan span("grad norm", kTraceCompute);
-    report.grad_norm = global_grad_norm();
+    report.grad_norm = global_grad_norm() / loss_scale;
   }
   report.clip_scale = clip_coefficient(report.grad_norm, options_.grad_clip);
   // Both values are global (all-gathered, summed in one order), so every rank takes the
@@ -253,7 +255,7 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   {
     TraceSpan span("optimizer step", kTraceCompute);
     span.arg("lr", lr).arg("clip_scale", report.clip_scale);
-    optimizer_->step(lr, report.clip_scale);
+    optimizer_->step(lr, report.clip_scale / loss_scale);
   }
   publish_weights();
   return report;

@@ -57,7 +57,7 @@ struct EngineOptions {
 
 struct StepReport {
   LossSum loss;          // over the whole global batch
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping (of the unscaled gradients)
   double clip_scale = 1;
   // False when the loss or the gradient norm was not finite: the step then changed no weight
   // and no optimizer state (its step count included). Every rank sees the same value.
@@ -99,7 +99,10 @@ class DataParallelEngine final : private GroupHooks {
   // `lr`; every rank passes the same number. Collective. The global loss and gradient norm are
   // checked before the update: a non-finite one skips the update (report.applied = false) on
   // every rank alike, so no NaN or Inf ever reaches the weights or the AdamW moments.
-  StepReport train_step(std::span<const Batch> micro_batches, double lr);
+  // `loss_scale` (a power of two; fp16's dynamic loss scaling) multiplies the loss before the
+  // backward pass and divides the gradients before the norm, the clipping and the update, so
+  // the report and the update are those of the unscaled loss.
+  StepReport train_step(std::span<const Batch> micro_batches, double lr, double loss_scale = 1.0);
 
   // Returns the loss over batches 0..count-1, batch i run by data rank i % world and the
   // sums added in batch order (so equal to a single process's). Collective.

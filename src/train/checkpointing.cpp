@@ -128,7 +128,7 @@ void CheckpointStore::write_files(DataParallelEngine& engine, const TrainProgres
     // Every random choice of a run is a pure function of (seed, index): weight init of
     // (seed, name, element), data order of (seed, epoch). The seed is the whole RNG state.
     const MeshShape& mesh = engine.mesh().shape();
-    const nlohmann::json state = {{"step", progress.step},
+    nlohmann::json state = {{"step", progress.step},
                                   {"optimizer_step", engine.optimizer_steps()},
                                   {"scheduler_step", progress.step},
                                   {"skipped_steps", progress.skipped_steps},
@@ -143,6 +143,10 @@ void CheckpointStore::write_files(DataParallelEngine& engine, const TrainProgres
                                     {"fsdp", mesh.fsdp},
                                     {"cp", mesh.cp},
                                     {"zero_stage", engine.zero_stage()}}}};
+    if (progress.loss_scale) {
+      state["loss_scale"] = {{"scale", progress.loss_scale->scale},
+                             {"clean_steps", progress.loss_scale->clean_steps}};
+    }
     write_file_atomic(staging / kStateFile, state.dump(2) + "\n");
     write_file_atomic(staging / kConfigFile, config_to_toml(config));
     // config.json beside model.safetensors makes the folder loadable as a Hugging Face model;
@@ -203,6 +207,11 @@ TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngi
     progress.skipped_steps = json_field<int64_t>(state, "skipped_steps", state_path);
     progress.consecutive_skipped =
         json_field<int64_t>(state, "consecutive_skipped_steps", state_path);
+  }
+  if (state.contains("loss_scale")) {
+    const auto scaler = json_field<nlohmann::json>(state, "loss_scale", state_path);
+    progress.loss_scale = LossScalerState{json_field<double>(scaler, "scale", state_path),
+                                          json_field<int64_t>(scaler, "clean_steps", state_path)};
   }
   const auto optimizer_step = json_field<int64_t>(state, "optimizer_step", state_path);
   const int64_t applied = progress.step - progress.skipped_steps;

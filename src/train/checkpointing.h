@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "data/cursor.h"
 #include "io/checkpoint.h"
+#include "optim/loss_scaler.h"
 #include "parallel/engine.h"
 #include "train/config.h"
 
@@ -45,6 +46,9 @@ struct TrainProgress {
   // step - skipped_steps. `consecutive_skipped` is the current run of them.
   int64_t skipped_steps = 0;
   int64_t consecutive_skipped = 0;
+  // Dynamic loss scaling's scale and clean-step count (training.loss_scale = "dynamic");
+  // unset when the run does not scale its loss. Overflow skips count in skipped_steps.
+  std::optional<LossScalerState> loss_scale;
   DataCursor cursor;         // next_sample = first sample of the next global batch
   double train_seconds = 0;  // wall time spent in steps (informational; not replayed)
 };

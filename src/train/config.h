@@ -59,6 +59,12 @@ struct TrainingConfigSection {
   // consecutive skipped steps.
   bool skip_nonfinite = false;
   int64_t max_skipped_steps = 5;
+  // Loss scaling (optim/loss_scaler.h): "off", or "dynamic": the loss is multiplied by a
+  // power-of-two scale that halves (and the step is skipped) when the gradients overflow and
+  // doubles after loss_scale_growth_interval clean steps.
+  std::string loss_scale = "off";
+  double loss_scale_init = 65536.0;
+  int64_t loss_scale_growth_interval = 2000;
 };
 
 // Attention masks beyond causal (training.doc_mask adds documents): a sliding window, a

@@ -106,8 +106,20 @@ void validate_training(const TrainConfig& config) {
   ANVIL_CHECK(training.seq_len <= config.model.max_seq_len,
               "[config] training.seq_len ({}) exceeds model.max_seq_len ({})", training.seq_len,
               config.model.max_seq_len);
-  ANVIL_CHECK(training.dtype == "f32" || training.dtype == "bf16",
-              "[config] training.dtype must be f32 or bf16, got '{}'", training.dtype);
+  ANVIL_CHECK(training.dtype == "f32" || training.dtype == "bf16" || training.dtype == "fp16",
+              "[config] training.dtype must be f32, bf16 or fp16, got '{}'", training.dtype);
+  ANVIL_CHECK(training.loss_scale == "off" || training.loss_scale == "dynamic",
+              "[config] training.loss_scale must be off or dynamic, got '{}'",
+              training.loss_scale);
+  if (training.loss_scale == "dynamic") {
+    int exponent = 0;
+    ANVIL_CHECK(training.loss_scale_init >= 1.0 && training.loss_scale_init <= 0x1p127 &&
+                    std::frexp(training.loss_scale_init, &exponent) == 0.5,
+                "[config] training.loss_scale_init must be a power of two from 1 to 2^127, "
+                "got {}",
+                training.loss_scale_init);
+    check_positive(training.loss_scale_growth_interval, "training.loss_scale_growth_interval");
+  }
 }
 
 // The optimized CPU kernels work on 64 x 64 tiles: a segment of whole tiles makes every tile

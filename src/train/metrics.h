@@ -32,6 +32,7 @@ struct TrainStepRecord {
   double elapsed_s = 0;
   int64_t skipped_steps = 0;  // steps skipped so far for a non-finite loss or gradient norm
   double mfu = -1;  // model FLOP utilisation of the step (0-1); < 0: unknown, not written
+  double loss_scale = 0;  // the dynamic loss scale the step ran at; 0: no loss scaling
 };
 
 struct EvalRecord {

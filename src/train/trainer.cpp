@@ -36,6 +36,7 @@
 #include "model/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/peft_adapter.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "parallel/engine.h"
 #include "parallel/sharded_checkpoint.h"
@@ -149,6 +150,7 @@ struct StepOutcome {
   double lr = 0;
   double seconds = 0;
   bool skipped = false;  // not applied: the loss or gradient norm was not finite
+  double loss_scale = 0;  // the dynamic loss scale the step ran at (0: none)
 };
 
 class Trainer {
@@ -198,6 +200,8 @@ class Trainer {
   LrSchedule schedule_;
   CheckpointStore store_;
   TrainProgress progress_;
+  // Set when training.loss_scale = "dynamic"; its state is mirrored in progress_.loss_scale.
+  std::optional<DynamicLossScaler> loss_scaler_;
   ProgressPrinter printer_;
   int micro_batch_;
   int grad_accum_;
@@ -239,12 +243,26 @@ Trainer::Trainer(const TrainRunOptions& options)
               "[train] lora.r = {} trains adapters on a frozen base, but model.init_from names "
               "no base model (use anvil finetune --model DIR, or set lora.r = 0)",
               config_.lora.r);
+  if (config_.training.loss_scale == "dynamic") {
+    loss_scaler_.emplace(
+        LossScalerOptions{.initial_scale = config_.training.loss_scale_init,
+                          .growth_interval = config_.training.loss_scale_growth_interval});
+    progress_.loss_scale = loss_scaler_->state();
+  }
   ModelOptions model_options;
   model_options.max_batch = std::max(micro_batch_, eval_batch_size_);
   // Under context parallelism the model holds seq_len / cp rows of each sample.
   check_cp_seq_len(seq_len_, static_cast<int>(config_.parallel.cp));
   model_options.max_seq = seq_len_ / static_cast<int>(config_.parallel.cp);
-  model_options.compute_dtype = parse_dtype(config_.training.dtype);
+  // "fp16" is the configuration's spelling of f16 (PyTorch's and DeepSpeed's).
+  model_options.compute_dtype =
+      config_.training.dtype == "fp16" ? DType::f16 : parse_dtype(config_.training.dtype);
+  ANVIL_CHECK(backend_->supports_compute_dtype(model_options.compute_dtype),
+              "[train] training.dtype = {} has no kernels on --backend {}{}",
+              config_.training.dtype, backend_->name(),
+              model_options.compute_dtype == DType::f16
+                  ? " (fp16 runs on cpu-ref, the reference loops; use bf16 on this backend)"
+                  : "");
   model_options.activation_checkpointing = config_.training.activation_checkpointing;
   model_options.decay_embeddings = config_.optimizer.decay_embeddings;
   model_options.attention = attention_schedule_from(config_.attention);
@@ -358,6 +376,10 @@ void Trainer::start_or_resume() {
       load_base_model();
     }
     progress_ = load_checkpoint(*checkpoint, *engine_);
+    // A checkpoint of a run without loss scaling starts the scaler afresh.
+    if (loss_scaler_ && progress_.loss_scale) loss_scaler_->restore(*progress_.loss_scale);
+    progress_.loss_scale.reset();
+    if (loss_scaler_) progress_.loss_scale = loss_scaler_->state();
     progress_.cursor.check_resumable_with(data_.stream);
     ANVIL_CHECK(progress_.step <= config_.training.steps,
                 "[train] checkpoint {} is at step {}, past training.steps = {}",
@@ -374,6 +396,7 @@ void Trainer::start_or_resume() {
     load_initial_weights();
     progress_ = TrainProgress{};
     progress_.cursor = data_.stream;
+    if (loss_scaler_) progress_.loss_scale = loss_scaler_->state();
   }
   if (root_) write_run_config(run_, config_);
 }
@@ -402,15 +425,30 @@ StepOutcome Trainer::train_step(int64_t step) {
   StepOutcome outcome;
   outcome.lr = schedule_.lr_at(step);
   model_->set_dropout_step(step);  // adapter dropout masks are a function of the step
-  const StepReport report = engine_->train_step(micro_batches, outcome.lr);
+  outcome.loss_scale = loss_scaler_ ? loss_scaler_->scale() : 0.0;
+  const StepReport report =
+      engine_->train_step(micro_batches, outcome.lr, loss_scaler_ ? loss_scaler_->scale() : 1.0);
   outcome.loss = report.loss.mean();
   outcome.grad_norm = report.grad_norm;
   outcome.skipped = !report.applied;
-  if (outcome.skipped) {
+  // A finite loss whose scaled gradients overflowed is loss scaling at work: skip the step
+  // and halve the scale. At the minimum scale the overflow is the model's, handled as any
+  // non-finite step.
+  const bool overflow = outcome.skipped && loss_scaler_ && std::isfinite(report.loss.sum);
+  if (overflow && loss_scaler_->update(false)) {
+    ++progress_.skipped_steps;
+    if (root_) {
+      log_info("[train] step {}: gradients overflowed at loss scale {}; step skipped, scale "
+               "now {}",
+               step, outcome.loss_scale, loss_scaler_->scale());
+    }
+  } else if (outcome.skipped) {
     handle_nonfinite_step(step, outcome);
   } else {
     progress_.consecutive_skipped = 0;
+    if (loss_scaler_) loss_scaler_->update(true);
   }
+  if (loss_scaler_) progress_.loss_scale = loss_scaler_->state();
   backend_->synchronize();
 
   progress_.step = step;
@@ -604,7 +642,7 @@ TrainResult Trainer::run() {
       metrics->write(TrainStepRecord{step, outcome.loss, outcome.lr, outcome.grad_norm,
                                      progress_.tokens_seen, step_tokens_per_s,
                                      seconds_between(run_start_, Clock::now()),
-                                     progress_.skipped_steps, mfu});
+                                     progress_.skipped_steps, mfu, outcome.loss_scale});
       printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
                                  step_tokens_per_s,
                                  step_tokens_per_s * result.flops_per_token / 1e9,

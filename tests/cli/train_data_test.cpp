@@ -8,10 +8,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "data/prepare.h"
-#include "io/file_util.h"
-#include "tokenizer/bpe_trainer.h"
-#include "tokenizer/tokenizer.h"
+#include "easy_corpus.h"
 #include "train_test_support.h"
 
 namespace anvil {
@@ -24,34 +21,13 @@ using testing_support::scratch_dir;
 using testing_support::tiny_synthetic_args;
 
 // Model and batch flags for the real-data runs (the vocabulary comes per test).
-const char* kSmallModel =
-    "--threads 1 --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 "
-    "--model.ffn_dim=64 --model.max_seq_len=32 --training.batch_size=2 --training.seq_len=16 "
-    "--training.eval_steps=2 --optimizer.warmup_steps=2 --logging.every=1000";
+const char* const kSmallModel = testing_support::kEasyCorpusModel;
 
 class TrainDataTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = new std::filesystem::path(scratch_dir("data"));
-    std::string corpus;
-    const char* animals[] = {"cat", "dog", "owl", "fox", "yak"};
-    const char* places[] = {"mat", "log", "hill", "barn", "boat"};
-    for (int i = 0; i < 300; ++i) {
-      corpus += fmt::format("the {} number {} sat on the {}.\n%\n", animals[i % 5], i,
-                            places[(i / 5) % 5]);
-    }
-    write_file_atomic(*root_ / "corpus.txt", corpus);
-    BpeTrainOptions options;
-    options.vocab_size = 300;
-    write_file_atomic(*root_ / "tokenizer.json",
-                      train_bpe_tokenizer({std::string_view(corpus)}, options));
-    const auto tokenizer = Tokenizer::load((*root_ / "tokenizer.json").string());
-    PrepareOptions prepare;
-    prepare.inputs = {(*root_ / "corpus.txt").string()};
-    prepare.out_dir = (*root_ / "data").string();
-    prepare.doc_separator = "%";
-    prepare.show_progress = false;
-    prepare_dataset(prepare, *tokenizer);
+    testing_support::write_easy_corpus(*root_);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*root_);

@@ -281,7 +281,11 @@ TEST(ModelTest, RejectsBadOptionsAndInputs) {
   const LlamaConfig c = tiny_config();
   ModelOptions f16 = options_for();
   f16.compute_dtype = DType::f16;
-  expect_error([&] { LlamaModel m(c, *backend, f16); }, "compute dtype must be f32 or bf16");
+  expect_error([&] { LlamaModel m(c, *backend, f16); },
+               "compute dtype f16 has no kernels on backend cpu");
+  ModelOptions i32 = options_for();
+  i32.compute_dtype = DType::i32;
+  expect_error([&] { LlamaModel m(c, *backend, i32); }, "compute dtype must be f32, bf16 or f16");
   expect_error([&] { LlamaModel m(c, *backend, options_for(1, 64)); }, "max_seq 64");
   LlamaModel model(c, *backend, options_for());
   HostBatch too_long(kBatch, kSeq + 1, c.vocab_size, 1);

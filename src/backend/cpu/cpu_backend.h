@@ -18,6 +18,11 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(bool reference);
 
   std::string name() const override { return reference_ ? "cpu-ref" : "cpu"; }
+  // The reference loops read and write f16 like any float dtype; the optimized kernels have
+  // no f16 paths (cpu_opt::kActivationDtypes).
+  bool supports_compute_dtype(DType dtype) const override {
+    return Backend::supports_compute_dtype(dtype) || (reference_ && dtype == DType::f16);
+  }
   // Returns whether this instance forces the reference loops.
   bool reference() const { return reference_; }
   // Returns the optimized ops (null in reference mode).

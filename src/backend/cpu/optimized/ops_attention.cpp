@@ -22,7 +22,6 @@ namespace {
 
 using cpu_ref::check_rank;
 using cpu_ref::check_tensor;
-using cpu_ref::kActivationDtypes;
 
 AttentionArgs check_attention_args(const char* op, const Tensor& q, const Tensor& k,
                                    const Tensor& v, const Tensor& out, const Tensor& lse,

@@ -15,7 +15,6 @@ namespace {
 
 using cpu_ref::check_rank;
 using cpu_ref::check_tensor;
-using cpu_ref::kActivationDtypes;
 using cpu_ref::kFloatDtypes;
 
 // Elements per thread below which splitting costs more than it saves.

@@ -17,7 +17,6 @@ namespace {
 
 using cpu_ref::check_rank;
 using cpu_ref::check_tensor;
-using cpu_ref::kActivationDtypes;
 
 // Rows per chunk such that a chunk holds at least ~16k elements.
 int64_t row_grain(int64_t row_length) {

@@ -9,6 +9,8 @@
 // one caller at a time.
 #pragma once
 
+#include <initializer_list>
+
 #include <memory>
 #include <string>
 
@@ -19,6 +21,11 @@
 #include "core/buffer.h"
 
 namespace anvil::cpu_opt {
+
+// The activation dtypes the optimized kernels run. f16 is the reference backend's alone
+// (cpu-ref): its SIMD paths and oneDNN GEMMs on CPUs without AVX512-FP16 have no f16 kernels,
+// and an op refuses f16 rather than read its bits as bf16.
+inline constexpr std::initializer_list<DType> kActivationDtypes = {DType::f32, DType::bf16};
 
 class OptimizedOps {
  public:

@@ -35,7 +35,8 @@ void write_floats(const Tensor& t, int64_t offset, int64_t count, const float* v
 void write_floats(const Tensor& t, const std::vector<float>& values);
 
 // The activation dtypes every op accepts.
-inline constexpr std::initializer_list<DType> kActivationDtypes = {DType::f32, DType::bf16};
+inline constexpr std::initializer_list<DType> kActivationDtypes = {DType::f32, DType::bf16,
+                                                                   DType::f16};
 // The float storage dtypes that elementwise ops, casts and reductions accept.
 inline constexpr std::initializer_list<DType> kFloatDtypes = {DType::f32, DType::bf16,
                                                               DType::f16};
