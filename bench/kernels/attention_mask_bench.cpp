@@ -75,8 +75,8 @@ double visible_pairs(const MaskRule& rule, int64_t n) {
 
 Tensor random_tensor(Backend& backend, std::vector<std::unique_ptr<Buffer>>& owned, DType dtype,
                      Shape shape) {
-  owned.push_back(std::make_unique<Buffer>(backend, static_cast<size_t>(shape.numel()) *
-                                                        dtype_size(dtype)));
+  owned.push_back(std::make_unique<Buffer>(
+      backend, static_cast<size_t>(shape.numel()) * dtype_size(dtype), MemoryCategory::workspace));
   const Tensor t = owned.back()->as(dtype, shape);
   std::mt19937 rng(static_cast<unsigned>(owned.size()));
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

@@ -94,7 +94,8 @@ class TensorPool {
   explicit TensorPool(Backend& backend) : backend_(backend) {}
   Tensor random(DType dtype, Shape shape, float lo = -1.0f, float hi = 1.0f) {
     buffers_.push_back(std::make_unique<Buffer>(
-        backend_, std::max<size_t>(1, static_cast<size_t>(shape.numel()) * dtype_size(dtype))));
+        backend_, std::max<size_t>(1, static_cast<size_t>(shape.numel()) * dtype_size(dtype)),
+        MemoryCategory::workspace));
     const Tensor t = buffers_.back()->as(dtype, shape);
     std::uniform_real_distribution<float> dist(lo, hi);
     if (dtype == DType::f32) {

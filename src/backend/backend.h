@@ -78,6 +78,8 @@ class Backend : public Allocator {
   virtual std::string name() const = 0;
 
   // ---- memory -------------------------------------------------------------------------
+  // allocate(bytes, category) and memory_snapshot() come from Allocator: every allocation of
+  // device memory, the backend's own scratch included, is counted by category there.
   virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;
   // Copies between two tensors of this backend with equal byte size.
@@ -203,9 +205,6 @@ class Backend : public Allocator {
     return dtype == DType::f32 || dtype == DType::bf16;
   }
 
-  // Returns the most bytes this backend's device allocator has held at once, or -1 for a
-  // backend whose tensors live in host memory (the process's peak RSS covers those).
-  virtual int64_t peak_device_bytes() const { return -1; }
 };
 
 // Creates a backend by name: "cpu" (optimized), "cpu-ref" (reference loops), "cuda".

@@ -23,6 +23,8 @@
 
 namespace anvil {
 
+class Allocator;
+
 enum class ReduceOp {
   sum,          // the library's fastest sum; bf16/f16 sums always run as ordered_sum
   max,          // exact; NaN wins (as a canonical quiet NaN), +0 beats -0
@@ -87,6 +89,13 @@ class Communicator {
   // its send to the next rank and its recv from the previous one cannot deadlock.
   virtual std::unique_ptr<CommHandle> send_async(const Tensor& t, int peer) = 0;
   virtual std::unique_ptr<CommHandle> recv_async(const Tensor& t, int peer) = 0;
+
+  // Sets where the communicator's own staging buffers come from (the copies an ordered sum
+  // receives before adding them up), counted there as MemoryCategory::communication; nullptr,
+  // the default, takes them from HostAllocator::instance(). A CPU backend lends itself, since
+  // its device memory is host memory. The allocator must outlive every collective started
+  // while it is set. Communicators without staging of their own ignore it.
+  virtual void set_staging_allocator(Allocator* allocator) { (void)allocator; }
 };
 
 // Returns the world communicator: MPI when built with MPI and launched by a process manager

@@ -48,6 +48,9 @@ class CountingCommunicator final : public Communicator {
   std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override;
   std::unique_ptr<CommHandle> send_async(const Tensor& t, int peer) override;
   std::unique_ptr<CommHandle> recv_async(const Tensor& t, int peer) override;
+  void set_staging_allocator(Allocator* allocator) override {
+    inner_->set_staging_allocator(allocator);
+  }
 
  private:
   void count(const Tensor& t) {

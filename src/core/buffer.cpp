@@ -6,8 +6,20 @@
 
 namespace anvil {
 
-Buffer::Buffer(Allocator& allocator, size_t bytes) : allocator_(&allocator), bytes_(bytes) {
-  data_ = allocator.allocate(bytes);
+void* Allocator::allocate(size_t bytes, MemoryCategory category) {
+  void* ptr = do_allocate(bytes);
+  counters_.add(category, static_cast<int64_t>(bytes));
+  return ptr;
+}
+
+void Allocator::deallocate(void* ptr, size_t bytes, MemoryCategory category) {
+  do_deallocate(ptr, bytes);
+  counters_.subtract(category, static_cast<int64_t>(bytes));
+}
+
+Buffer::Buffer(Allocator& allocator, size_t bytes, MemoryCategory category)
+    : allocator_(&allocator), bytes_(bytes), category_(category) {
+  data_ = allocator.allocate(bytes, category);
 }
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
@@ -16,6 +28,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     allocator_ = std::exchange(other.allocator_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    category_ = other.category_;
   }
   return *this;
 }
@@ -28,19 +41,19 @@ Tensor Buffer::as(DType dtype, Shape shape) const {
 }
 
 void Buffer::reset() {
-  if (data_) allocator_->deallocate(data_, bytes_);
+  if (data_) allocator_->deallocate(data_, bytes_, category_);
   data_ = nullptr;
   bytes_ = 0;
 }
 
-void* HostAllocator::allocate(size_t bytes) {
+void* allocate_host_memory(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   ANVIL_CHECK(p != nullptr, "[memory] out of host memory allocating {} bytes", bytes);
   return p;
 }
 
-void HostAllocator::deallocate(void* ptr, size_t) { std::free(ptr); }
+void free_host_memory(void* ptr) { std::free(ptr); }
 
 HostAllocator& HostAllocator::instance() {
   static HostAllocator allocator;

@@ -15,7 +15,8 @@ std::vector<int32_t> generate_tokens(
   Backend& backend = model.backend();
   const int vocab = model.config().vocab_size;
   const int sample_vocab = limits.sample_vocab > 0 ? std::min(limits.sample_vocab, vocab) : vocab;
-  Buffer logits_buffer(backend, static_cast<size_t>(vocab) * sizeof(float));
+  Buffer logits_buffer(backend, static_cast<size_t>(vocab) * sizeof(float),
+                       MemoryCategory::workspace);
   const Tensor logits = logits_buffer.as(DType::f32, {1, vocab});
   std::vector<float> host_logits(static_cast<size_t>(vocab));
   cache.reset();

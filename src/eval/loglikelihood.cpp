@@ -150,7 +150,8 @@ void LoglikelihoodScorer::run_rows(std::span<Row> rows, int prefix,
   const int remainder = rows[0].length() - prefix;  // the longest row comes first
   int logit_rows = 0;
   for (const Row& row : rows) logit_rows += row.logit_rows();
-  Buffer logits_buffer(backend, static_cast<size_t>(logit_rows) * vocab * sizeof(float));
+  Buffer logits_buffer(backend, static_cast<size_t>(logit_rows) * vocab * sizeof(float),
+                       MemoryCategory::workspace);
   std::vector<float> host_logits(static_cast<size_t>(logit_rows) * vocab);
   // Each request sums its targets' logits as their segments arrive.
   for (const Row& row : rows) {

@@ -12,13 +12,14 @@ namespace anvil {
 
 class Arena {
  public:
-  // Measures with `carve(*this)`, allocates once from `allocator`, then carves for real.
+  // Measures with `carve(*this)`, allocates once from `allocator` (counted under
+  // `category`), then carves for real.
   template <typename CarveFn>
-  void build(Allocator& allocator, CarveFn&& carve) {
+  void build(Allocator& allocator, MemoryCategory category, CarveFn&& carve) {
     measuring_ = true;
     offset_ = 0;
     carve(*this);
-    buffer_ = Buffer(allocator, offset_ > 0 ? offset_ : kAlignment);
+    buffer_ = Buffer(allocator, offset_ > 0 ? offset_ : kAlignment, category);
     measuring_ = false;
     offset_ = 0;
     carve(*this);

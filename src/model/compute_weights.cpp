@@ -11,7 +11,8 @@ ComputeWeights::ComputeWeights(const LlamaConfig& config,
                                DType dtype)
     : config_(config), layout_(std::move(layout)), backend_(&backend), dtype_(dtype) {
   for (int g = 0; g < layout_->group_count(); ++g)
-    copies_.emplace_back(backend, static_cast<size_t>(layout_->group_numel(g)) * dtype_size(dtype));
+    copies_.emplace_back(backend, static_cast<size_t>(layout_->group_numel(g)) * dtype_size(dtype),
+                         MemoryCategory::workspace);
   views_.layers.resize(config_.n_layers);
 }
 

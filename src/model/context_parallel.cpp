@@ -34,8 +34,8 @@ class Carver {
   int64_t used_ = 0;
 };
 
-Buffer buffer_of(Backend& backend, int64_t elements, DType dtype) {
-  return Buffer(backend, static_cast<size_t>(elements) * dtype_size(dtype));
+Buffer buffer_of(Backend& backend, int64_t elements, DType dtype, MemoryCategory category) {
+  return Buffer(backend, static_cast<size_t>(elements) * dtype_size(dtype), category);
 }
 
 // Shapes of one call: rows per sample (local), half of them, heads and head width.
@@ -205,23 +205,18 @@ ContextParallelScratch::ContextParallelScratch(Backend& backend, const LlamaConf
   const int64_t q_row = int64_t{shard_config.n_heads} * head_dim;
   const int64_t kv_row = int64_t{shard_config.n_kv_heads} * head_dim;
   const int64_t rows = int64_t{max_batch} * max_local_seq, half_rows = rows / 2;
-  for (Buffer& b : kv) b = buffer_of(backend, 2 * rows * kv_row, compute_dtype);
-  for (Buffer& b : grad_kv) b = buffer_of(backend, 2 * rows * kv_row, DType::f32);
-  grad_kv_step = buffer_of(backend, 2 * rows * kv_row, DType::f32);
-  chunks = buffer_of(backend, half_rows * (6 * q_row + 2 * kv_row), compute_dtype);
-  partial = buffer_of(backend, half_rows * (q_row + 2 * kv_row), compute_dtype);
-  partial_f32 = buffer_of(backend, half_rows * q_row, DType::f32);
-  partial_lse = buffer_of(backend, half_rows * shard_config.n_heads, DType::f32);
-  accum = buffer_of(backend, 2 * half_rows * q_row, DType::f32);
-  doc_ids = buffer_of(backend, rows * cp, DType::i32);
-}
-
-size_t ContextParallelScratch::bytes() const {
-  size_t total = grad_kv_step.bytes() + chunks.bytes() + partial.bytes() + partial_f32.bytes() +
-                 partial_lse.bytes() + accum.bytes() + doc_ids.bytes();
-  for (const Buffer& b : kv) total += b.bytes();
-  for (const Buffer& b : grad_kv) total += b.bytes();
-  return total;
+  // The blocks that travel the ring are communication buffers; the rest is workspace.
+  constexpr MemoryCategory comm = MemoryCategory::communication;
+  constexpr MemoryCategory work = MemoryCategory::workspace;
+  for (Buffer& b : kv) b = buffer_of(backend, 2 * rows * kv_row, compute_dtype, comm);
+  for (Buffer& b : grad_kv) b = buffer_of(backend, 2 * rows * kv_row, DType::f32, comm);
+  grad_kv_step = buffer_of(backend, 2 * rows * kv_row, DType::f32, work);
+  chunks = buffer_of(backend, half_rows * (6 * q_row + 2 * kv_row), compute_dtype, work);
+  partial = buffer_of(backend, half_rows * (q_row + 2 * kv_row), compute_dtype, work);
+  partial_f32 = buffer_of(backend, half_rows * q_row, DType::f32, work);
+  partial_lse = buffer_of(backend, half_rows * shard_config.n_heads, DType::f32, work);
+  accum = buffer_of(backend, 2 * half_rows * q_row, DType::f32, work);
+  doc_ids = buffer_of(backend, rows * cp, DType::i32, work);
 }
 
 void cp_attention_forward(Backend& backend, const ContextParallel& cp,

@@ -76,13 +76,12 @@ bool cp_block_may_be_visible(const AttentionParams& params, int64_t q_begin, int
                              int64_t length);
 
 // Device buffers of the ring attention, allocated once for (max_batch, max local rows); the
-// ring functions carve their views from them per call.
+// ring functions carve their views from them per call. kv and grad_kv are counted as
+// communication (they travel the ring), the rest as workspace.
 struct ContextParallelScratch {
   ContextParallelScratch() = default;
   ContextParallelScratch(Backend& backend, const LlamaConfig& shard_config, int cp,
                          int max_batch, int64_t max_local_seq, DType compute_dtype);
-  // Returns the total bytes held.
-  size_t bytes() const;
 
   Buffer kv[2];          // key+value blocks arriving from the ring (compute dtype)
   Buffer grad_kv[2];     // the travelling dK+dV accumulators (f32)

@@ -14,14 +14,15 @@ KvCache::KvCache(const LlamaConfig& config, Backend& backend, int max_batch, int
               "[kv_cache] max_batch ({}) and max_len ({}) must be positive", max_batch, max_len);
   const Shape shape{max_batch, max_len, config.n_kv_heads, config.resolved_head_dim()};
   const size_t tensor_bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
-  buffer_ = Buffer(backend, 2 * tensor_bytes * config.n_layers);
+  buffer_ = Buffer(backend, 2 * tensor_bytes * config.n_layers, MemoryCategory::workspace);
   char* base = static_cast<char*>(buffer_.data());
   for (int l = 0; l < config.n_layers; ++l) {
     keys_.emplace_back(base + (2 * l) * tensor_bytes, DType::f32, shape, backend.device());
     values_.emplace_back(base + (2 * l + 1) * tensor_bytes, DType::f32, shape, backend.device());
   }
   const int64_t lse_floats = int64_t{max_len} * config.n_heads;
-  scratch_ = Buffer(backend, static_cast<size_t>(lse_floats) * sizeof(float));
+  scratch_ = Buffer(backend, static_cast<size_t>(lse_floats) * sizeof(float),
+                    MemoryCategory::workspace);
   lse_scratch_ = scratch_.as(DType::f32, Shape{lse_floats});
 }
 

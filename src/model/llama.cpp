@@ -107,9 +107,11 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
       tp.enabled() ? make_llama_layout(full_config_, options_.decay_embeddings) : layout_;
   // With LoRA the base is frozen (no gradients) and allocate_weights/gradients are the
   // adapters'; the base's own buffers follow allocate_frozen.
-  params_ = ParameterSet(layout_, backend, lora ? options_.allocate_frozen : options_.allocate_weights,
-                         base_dtype);
-  grads_ = ParameterSet(layout_, backend, options_.allocate_gradients && !lora);
+  params_ = ParameterSet(layout_, backend,
+                         lora ? MemoryCategory::frozen_weights : MemoryCategory::trainable_weights,
+                         lora ? options_.allocate_frozen : options_.allocate_weights, base_dtype);
+  grads_ = ParameterSet(layout_, backend, MemoryCategory::gradients,
+                        options_.allocate_gradients && !lora);
   weights_ = llama_weight_views(config_, params_);
   grad_views_ = llama_weight_views(config_, grads_);
   if (base_dtype == DType::bf16) {
@@ -129,7 +131,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   if (chunk == 0) chunk = std::max<int64_t>(1, kLogitsChunkElements / config_.vocab_size);
   chunk = std::min(chunk, max_rows);
   const int layer_sets = options_.activation_checkpointing ? 1 : config_.n_layers;
-  arena_.build(backend, [&](Arena& arena) {
+  arena_.build(backend, MemoryCategory::activations, [&](Arena& arena) {
     acts_.carve(arena, config_, options_.max_batch, max_rows, layer_sets, chunk,
                 options_.compute_dtype, tp.splits_sequence() ? tp.size : 1);
     if (lora) {

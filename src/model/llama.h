@@ -66,17 +66,6 @@ struct ModelOptions {
   ContextParallel cp;
 };
 
-// Bytes a model's own buffers hold, by purpose (what a parallel layer binds into the model is
-// counted by that layer; the optimizer state is the trainer's).
-struct ModelMemory {
-  size_t frozen = 0;       // the frozen LoRA base (with its f32 norm copies)
-  size_t trainable = 0;    // f32 trainable parameters
-  size_t compute_copies = 0;  // compute-dtype copies of weights (mixed precision)
-  size_t gradients = 0;    // f32 gradients of the trainable parameters
-  size_t activations = 0;  // the activation arena
-  int64_t trainable_count = 0;  // number of trainable parameter elements
-};
-
 // Observer of parameter-group use, called on the thread that runs the model. A group's
 // weights are read between before_forward and after_forward, or between before_backward and
 // after_backward. forward_backward with L layers (head group H = L + 1) calls:
@@ -153,8 +142,6 @@ class LlamaModel {
   // (m * world + rank, as the parallel engine numbers them), so every micro-batch of a step
   // draws its own masks, and the same ones at any world size.
   void set_dropout_micro_batch(int64_t index) { dropout_micro_batch_ = index; }
-  // Returns the bytes the model holds, by purpose.
-  ModelMemory memory() const;
   // Writes base parameter `index` (layout order of parameters()) from host f32 values into
   // wherever the model stores it (f32 masters, or the bf16-only store of a frozen bf16 base).
   void set_parameter(int index, const float* host);

@@ -1,5 +1,5 @@
-// LlamaModel's adapter and storage services: adapter init and merge, the memory breakdown,
-// and per-parameter access that hides whether the base is held in f32 or bf16.
+// LlamaModel's adapter and storage services: adapter init and merge, and per-parameter access
+// that hides whether the base is held in f32 or bf16.
 #include <vector>
 
 #include "core/error.h"
@@ -7,18 +7,6 @@
 #include "model/parameter_table.h"
 
 namespace anvil {
-
-namespace {
-
-// Returns the f32 bytes of every group of a layout (padding included).
-size_t layout_bytes(const ParameterLayout& layout, size_t element_bytes) {
-  size_t bytes = 0;
-  for (int g = 0; g < layout.group_count(); ++g)
-    bytes += static_cast<size_t>(layout.group_numel(g)) * element_bytes;
-  return bytes;
-}
-
-}  // namespace
 
 void LlamaModel::init_lora(uint64_t seed) {
   ANVIL_CHECK(lora_.enabled(), "[lora] init_lora on a model without adapters (lora.r = 0)");
@@ -44,29 +32,6 @@ void LlamaModel::merge_lora() {
       backend_->fill_zero(adapters.b[i]);
     }
   }
-}
-
-ModelMemory LlamaModel::memory() const {
-  ModelMemory memory;
-  // The ring attention's buffers (context parallelism) hold activations and their gradients.
-  memory.activations = arena_.bytes() + (cp_scratch_ ? cp_scratch_->bytes() : 0);
-  const ParameterLayout& layout = *layout_;
-  memory.compute_copies =
-      compute_.enabled() ? layout_bytes(layout, dtype_size(options_.compute_dtype)) : 0;
-  if (lora_.enabled()) {
-    memory.frozen = (options_.allocate_frozen ? layout_bytes(layout, dtype_size(params_.dtype()))
-                                              : 0) +
-                    bf16_base_.bytes();
-    memory.trainable = options_.allocate_weights ? lora_.parameter_bytes() : 0;
-    memory.compute_copies += lora_.compute_copy_bytes();
-    memory.gradients = options_.allocate_gradients ? lora_.gradient_bytes() : 0;
-    memory.trainable_count = lora_.parameters().layout().total_params();
-    return memory;
-  }
-  memory.trainable = options_.allocate_weights ? layout_bytes(layout, sizeof(float)) : 0;
-  memory.gradients = options_.allocate_gradients ? layout_bytes(layout, sizeof(float)) : 0;
-  memory.trainable_count = layout.total_params();
-  return memory;
 }
 
 void LlamaModel::set_parameter(int index, const float* host) {

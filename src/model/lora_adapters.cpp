@@ -17,9 +17,10 @@ LoraAdapters::LoraAdapters(const LlamaConfig& config, const LoraOptions& options
                            bool allocate_gradients)
     : config_(config), options_(options), backend_(&backend), compute_dtype_(compute_dtype) {
   layout_ = make_lora_layout(config_, options_);
-  params_ = ParameterSet(layout_, backend, allocate_weights);
-  grads_ = ParameterSet(layout_, backend, allocate_gradients);
-  copies_ = ParameterSet(layout_, backend, compute_dtype_ != DType::f32, compute_dtype_);
+  params_ = ParameterSet(layout_, backend, MemoryCategory::trainable_weights, allocate_weights);
+  grads_ = ParameterSet(layout_, backend, MemoryCategory::gradients, allocate_gradients);
+  copies_ = ParameterSet(layout_, backend, MemoryCategory::workspace, compute_dtype_ != DType::f32,
+                         compute_dtype_);
   views_.resize(static_cast<size_t>(config_.n_layers));
   grad_views_.resize(views_.size());
   compute_views_.resize(views_.size());
@@ -120,19 +121,5 @@ LoraLayerStep LoraAdapters::step(int layer, int64_t rows, int set, bool training
   }
   return s;
 }
-
-size_t LoraAdapters::parameter_bytes() const {
-  size_t bytes = 0;
-  for (int g = 0; g < layout_->group_count(); ++g)
-    bytes += static_cast<size_t>(layout_->group_numel(g)) * sizeof(float);
-  return bytes;
-}
-
-size_t LoraAdapters::compute_copy_bytes() const {
-  if (compute_dtype_ == DType::f32) return 0;
-  return parameter_bytes() / sizeof(float) * dtype_size(compute_dtype_);
-}
-
-size_t LoraAdapters::gradient_bytes() const { return parameter_bytes(); }
 
 }  // namespace anvil

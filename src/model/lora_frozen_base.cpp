@@ -8,7 +8,9 @@ namespace anvil {
 Bf16BaseViews::Bf16BaseViews(const LlamaConfig& config, Backend& backend)
     : config_(config), backend_(&backend) {
   const int64_t norms = 2 * int64_t{config_.n_layers} + 1;
-  norms_ = Buffer(backend, static_cast<size_t>(norms * config_.dim) * sizeof(float));
+  // The f32 norm copies belong to the frozen base they are cast from.
+  norms_ = Buffer(backend, static_cast<size_t>(norms * config_.dim) * sizeof(float),
+                  MemoryCategory::frozen_weights);
   views_.layers.resize(static_cast<size_t>(config_.n_layers));
 }
 

@@ -68,14 +68,15 @@ int ParameterLayout::index_of(const std::string& name) const {
 }
 
 ParameterSet::ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend,
-                           bool allocate, DType dtype)
+                           MemoryCategory category, bool allocate, DType dtype)
     : layout_(std::move(layout)), backend_(&backend), dtype_(dtype) {
   ANVIL_CHECK(layout_ != nullptr, "[params] a parameter set needs a layout");
   groups_.resize(static_cast<size_t>(layout_->group_count()));
   bound_.resize(static_cast<size_t>(layout_->group_count()));
   if (!allocate) return;
   for (int g = 0; g < layout_->group_count(); ++g) {
-    groups_[g] = Buffer(backend, static_cast<size_t>(layout_->group_numel(g)) * dtype_size(dtype_));
+    groups_[g] = Buffer(backend, static_cast<size_t>(layout_->group_numel(g)) * dtype_size(dtype_),
+                        category);
   }
   zero();
 }

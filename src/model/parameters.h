@@ -69,10 +69,10 @@ class ParameterLayout {
 class ParameterSet {
  public:
   ParameterSet() = default;
-  // Allocates and zeroes every group, or allocates nothing when `allocate` is false (each
-  // group must then be bound before use).
+  // Allocates and zeroes every group, counted under `category`, or allocates nothing when
+  // `allocate` is false (each group must then be bound before use).
   ParameterSet(std::shared_ptr<const ParameterLayout> layout, Backend& backend,
-               bool allocate = true, DType dtype = DType::f32);
+               MemoryCategory category, bool allocate = true, DType dtype = DType::f32);
 
   const ParameterLayout& layout() const { return *layout_; }
   std::shared_ptr<const ParameterLayout> shared_layout() const { return layout_; }

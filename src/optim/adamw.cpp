@@ -41,8 +41,8 @@ AdamW::AdamW(Backend& backend, std::vector<OptimizerGroup> groups, AdamWHyperPar
     check_group_layout(groups_[g], g);
     const int64_t n = groups_[g].params.numel();
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    m_buffers_.emplace_back(backend_, bytes);
-    v_buffers_.emplace_back(backend_, bytes);
+    m_buffers_.emplace_back(backend_, bytes, MemoryCategory::optimizer_state);
+    v_buffers_.emplace_back(backend_, bytes, MemoryCategory::optimizer_state);
     backend_.fill_zero(m_buffers_.back().as(DType::f32, {n}));
     backend_.fill_zero(v_buffers_.back().as(DType::f32, {n}));
   }

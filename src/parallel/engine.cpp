@@ -1,6 +1,5 @@
-// DataParallelEngine: state allocation, the training step, evaluation, weight access for
-// checkpoints and the memory report. The group hooks (gathers and gradient reductions) live in
-// engine_hooks.cpp.
+// DataParallelEngine: state allocation, the training step and evaluation. The group hooks
+// (gathers and gradient reductions) live in engine_hooks.cpp.
 #include "parallel/engine.h"
 
 #include <fmt/format.h>
@@ -23,8 +22,8 @@ namespace {
 constexpr int kWeightSlots = 3;
 constexpr int kGradientSlots = 3;
 
-Buffer zeroed_buffer(Backend& backend, int64_t elements) {
-  Buffer buffer(backend, static_cast<size_t>(elements) * sizeof(float));
+Buffer zeroed_buffer(Backend& backend, int64_t elements, MemoryCategory category) {
+  Buffer buffer(backend, static_cast<size_t>(elements) * sizeof(float), category);
   backend.fill_zero(buffer.as(DType::f32, Shape{elements}));
   return buffer;
 }
@@ -90,6 +89,9 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
               "[parallel] optimizer offload is implemented for the cpu backend only, where "
               "optimizer state already lives in host memory; the {} backend cannot offload yet",
               model.backend().name());
+  // The staging of the host collectives (ordered sums) is memory of a CPU backend, whose
+  // device is the host; it is counted there as communication.
+  if (model.backend().device().is_cpu()) mesh.set_staging_allocator(&model.backend());
   allocate_state(options.micro_batches);
   build_optimizer();
   gradient_slot_of_.assign(static_cast<size_t>(plan_.group_count()), -1);
@@ -99,6 +101,7 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
 DataParallelEngine::~DataParallelEngine() {
   weight_slots_.wait_all();
   model_->set_group_hooks(nullptr);
+  if (model_->backend().device().is_cpu()) mesh_->set_staging_allocator(nullptr);
 }
 
 void DataParallelEngine::allocate_state(int micro_batches) {
@@ -110,12 +113,14 @@ void DataParallelEngine::allocate_state(int micro_batches) {
     if (s.numel == 0) continue;  // nothing trains here (LoRA's embedding and head groups)
     GroupStorage& st = storage_[static_cast<size_t>(g)];
     if (stage_ == 1 || stage_ == 2) {
-      st.replica = zeroed_buffer(backend, s.padded);
+      st.replica = zeroed_buffer(backend, s.padded, MemoryCategory::trainable_weights);
       model_->bind_trainable_weights(g, whole(st.replica));
     }
-    if (stage_ == 3) st.weight_shard = zeroed_buffer(backend, s.shard);
-    if (stage_ >= 2) st.grad_shard = zeroed_buffer(backend, s.shard);
-    if (stage_ <= 1 && running_sum_here) st.grad_sum = zeroed_buffer(backend, s.numel);
+    if (stage_ == 3)
+      st.weight_shard = zeroed_buffer(backend, s.shard, MemoryCategory::trainable_weights);
+    if (stage_ >= 2) st.grad_shard = zeroed_buffer(backend, s.shard, MemoryCategory::gradients);
+    if (stage_ <= 1 && running_sum_here)
+      st.grad_sum = zeroed_buffer(backend, s.numel, MemoryCategory::gradients);
   }
   if (stage_ == 3) {
     // A weight slot holds a group's trainable weights (f32) and, with LoRA, its frozen base
@@ -129,7 +134,8 @@ void DataParallelEngine::allocate_state(int micro_batches) {
       frozen_shards_.resize(static_cast<size_t>(frozen_plan_.group_count()));
       for (int g = 0; g < frozen_plan_.group_count(); ++g) {
         const int64_t shard = frozen_plan_.group(g).shard;
-        frozen_shards_[g] = Buffer(backend, static_cast<size_t>(shard) * dtype_size(dtype));
+        frozen_shards_[g] = Buffer(backend, static_cast<size_t>(shard) * dtype_size(dtype),
+                                   MemoryCategory::frozen_weights);
         if (shard > 0) backend.fill_zero(frozen_shard(g));
       }
       slot_bytes = frozen_slot_offset_ +
@@ -381,26 +387,6 @@ void DataParallelEngine::run_inference(const std::function<void()>& body) {
     throw;
   }
   inference_ = false;
-}
-
-MemoryReport DataParallelEngine::memory() const {
-  MemoryReport report;
-  const ModelMemory model = model_->memory();  // what the model allocated itself
-  report.frozen = static_cast<int64_t>(model.frozen);
-  report.weights = static_cast<int64_t>(model.trainable);
-  report.gradients = static_cast<int64_t>(model.gradients);
-  report.activations = static_cast<int64_t>(model.activations);
-  report.workspace = static_cast<int64_t>(model.compute_copies);
-  for (const Buffer& shard : frozen_shards_) report.frozen += static_cast<int64_t>(shard.bytes());
-  for (const GroupStorage& st : storage_) {
-    report.weights += static_cast<int64_t>(st.replica.bytes() + st.weight_shard.bytes());
-    report.gradients += static_cast<int64_t>(st.grad_shard.bytes() + st.grad_sum.bytes());
-  }
-  for (const NamedTensor& state : optimizer_->state_tensors())
-    report.optimizer += state.tensor.numel() * static_cast<int64_t>(dtype_size(state.tensor.dtype));
-  report.comm_buffers =
-      weight_slots_.bytes() + gradient_slots_.bytes() + running_sum_slot_.bytes();
-  return report;
 }
 
 }  // namespace anvil

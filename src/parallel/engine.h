@@ -64,20 +64,6 @@ struct StepReport {
   bool applied = true;
 };
 
-// Bytes this rank holds, by kind, counted from the buffers actually allocated.
-struct MemoryReport {
-  int64_t frozen = 0;         // the frozen LoRA base (its shards under stage 3)
-  int64_t weights = 0;        // f32 trainable weights (their shards under stage 3)
-  int64_t gradients = 0;
-  int64_t optimizer = 0;      // AdamW m and v
-  int64_t comm_buffers = 0;   // gather / reduce slots for whole groups (stages 2 and 3)
-  int64_t activations = 0;    // the model's activation arena
-  int64_t workspace = 0;      // compute-dtype weight copies (mixed precision)
-  int64_t total() const {
-    return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;
-  }
-};
-
 class DataParallelEngine final : private GroupHooks {
  public:
   // Returns `options` with the buffers the engine provides itself switched off.
@@ -149,7 +135,10 @@ class DataParallelEngine final : private GroupHooks {
   // elements [shard_begin, shard_begin + shard_length); undefined when the shard is empty.
   Tensor moment(int group, int which) const;
 
-  MemoryReport memory() const;
+  // Returns what this rank's backend holds now and has held at most, by category: every
+  // allocation of the model, the engine, the optimizer and the collectives' staging (and of
+  // anything else on the same backend), measured by the backend (core/memory_counters.h).
+  MemorySnapshot memory() const { return model_->backend().memory_snapshot(); }
 
  private:
   struct GroupStorage {

@@ -15,8 +15,10 @@
 namespace anvil {
 namespace {
 
+// A gather target (communication).
 Buffer zeroed_f32(Backend& backend, int64_t elements) {
-  Buffer buffer(backend, static_cast<size_t>(elements) * sizeof(float));
+  Buffer buffer(backend, static_cast<size_t>(elements) * sizeof(float),
+                MemoryCategory::communication);
   backend.fill_zero(buffer.as(DType::f32, Shape{elements}));
   return buffer;
 }

@@ -159,6 +159,11 @@ MeshTraffic DeviceMesh::traffic() const {
   return traffic;
 }
 
+void DeviceMesh::set_staging_allocator(Allocator* allocator) {
+  for (CountingCommunicator* axis : {tp_.get(), cp_.get(), data_.get(), dp_.get(), fsdp_.get()})
+    axis->set_staging_allocator(allocator);
+}
+
 TensorParallel DeviceMesh::tensor_parallel() const {
   TensorParallel tp;
   tp.size = shape_.tp;

@@ -104,6 +104,9 @@ class DeviceMesh {
   int fsdp_index() const { return fsdp_->rank(); }
   // Returns the bytes counted so far on each axis.
   MeshTraffic traffic() const;
+  // Sets the staging allocator (Communicator::set_staging_allocator) of every axis
+  // communicator; not of world(), which wraps a communicator the mesh does not own.
+  void set_staging_allocator(Allocator* allocator);
   // Returns "world 4 = dp 2 x fsdp 2 x tp 1, ZeRO stage 3" (" x cp 2" after tp when cp > 1).
   std::string describe() const;
 

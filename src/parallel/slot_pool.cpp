@@ -8,13 +8,7 @@ namespace anvil {
 
 SlotPool::SlotPool(Backend& backend, int count, size_t bytes) {
   slots_.resize(static_cast<size_t>(count));
-  for (Slot& slot : slots_) slot.buffer = Buffer(backend, bytes);
-}
-
-int64_t SlotPool::bytes() const {
-  int64_t total = 0;
-  for (const Slot& slot : slots_) total += static_cast<int64_t>(slot.buffer.bytes());
-  return total;
+  for (Slot& slot : slots_) slot.buffer = Buffer(backend, bytes, MemoryCategory::communication);
 }
 
 Tensor SlotPool::view(int s, DType dtype, size_t byte_offset, int64_t elements) const {

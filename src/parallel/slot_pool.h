@@ -7,6 +7,7 @@
 // A slot is reused only when neither in use nor pending; taking one waits for the oldest
 // pending collective when every free slot is still busy. Choices depend only on the order of
 // calls, which every rank makes identically, so all ranks issue collectives in one order.
+// Slots are gather and reduce buffers: their memory counts as communication.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,6 @@ class SlotPool {
   SlotPool(Backend& backend, int count, size_t bytes);
 
   int count() const { return static_cast<int>(slots_.size()); }
-  int64_t bytes() const;
   // Returns the first `elements` of slot s as f32.
   Tensor tensor(int s, int64_t elements) const { return view(s, DType::f32, 0, elements); }
   // Returns `elements` of `dtype` starting `byte_offset` bytes into slot s.

@@ -28,15 +28,26 @@ void flatten(const std::string& tag, const nlohmann::ordered_json& value,
   }
 }
 
+// Returns ',"mem_bytes":..,"mem_peak_bytes":..,"mem_peak":{...}', or "" when not measured.
+std::string memory_fields(const TrainStepRecord& r) {
+  if (r.mem_bytes < 0) return "";
+  std::string peaks;
+  for (size_t c = 0; c < r.mem_peak.size(); ++c) {
+    peaks += fmt::format("{}\"{}\":{}", c == 0 ? "" : ",", kMemoryCategoryNames[c], r.mem_peak[c]);
+  }
+  return fmt::format(",\"mem_bytes\":{},\"mem_peak_bytes\":{},\"mem_peak\":{{{}}}", r.mem_bytes,
+                     r.mem_peak_bytes, peaks);
+}
+
 }  // namespace
 
 std::string format_metrics_line(const TrainStepRecord& r) {
   return fmt::format(
       "{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},"
-      "\"skipped_steps\":{}{},\"tokens_per_s\":{:.1f}{},\"elapsed_s\":{:.3f}}}",
+      "\"skipped_steps\":{}{}{},\"tokens_per_s\":{:.1f}{},\"elapsed_s\":{:.3f}}}",
       r.step, json_number(r.loss), json_number(r.lr), json_number(r.grad_norm), r.tokens,
       r.skipped_steps, r.loss_scale > 0 ? fmt::format(",\"loss_scale\":{}", r.loss_scale) : "",
-      std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0,
+      memory_fields(r), std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0,
       r.mfu >= 0 && std::isfinite(r.mfu) ? fmt::format(",\"mfu\":{:.4g}", r.mfu) : "",
       r.elapsed_s);
 }

@@ -1,8 +1,10 @@
 // metrics.jsonl: one JSON object per line, per training step ({"type":"train",...}) and per
 // evaluation ({"type":"eval",...}). Deterministic fields come first and are written with the
 // shortest text that round-trips (fmt "{}"), so two runs that compute the same values write
-// the same bytes; the wall-clock fields (tokens_per_s, mfu, elapsed_s) always come last, and a
-// resume test compares lines after removing exactly those fields. On resume the file is cut
+// the same bytes; then the measured memory (mem_bytes, mem_peak_bytes, mem_peak: what the
+// process has allocated so far, which a resumed process or another mesh legitimately changes)
+// and last the wall-clock fields (tokens_per_s, mfu, elapsed_s); a resume test compares lines
+// after removing exactly those memory and wall-clock fields. On resume the file is cut
 // back to the records of steps up to the checkpoint, so it reads as one uninterrupted run.
 // A non-finite value (the loss of a skipped step) is written as null, and a line that cannot
 // be written whole (disk full) is cut off again, so every line stays valid JSON.
@@ -17,6 +19,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/memory_category.h"
 
 namespace anvil {
 
@@ -33,6 +37,13 @@ struct TrainStepRecord {
   int64_t skipped_steps = 0;  // steps skipped so far for a non-finite loss or gradient norm
   double mfu = -1;  // model FLOP utilisation of the step (0-1); < 0: unknown, not written
   double loss_scale = 0;  // the dynamic loss scale the step ran at; 0: no loss scaling
+  // Memory at the step's end, each the maximum over ranks, in bytes as the backends counted
+  // them: the bytes held now, the most held at once since the run started, and each
+  // category's own peak ("mem_peak": {"frozen_weights": ..., ...}). Not written when
+  // mem_bytes < 0.
+  int64_t mem_bytes = -1;
+  int64_t mem_peak_bytes = 0;
+  MemoryByCategory mem_peak{};
 };
 
 struct EvalRecord {

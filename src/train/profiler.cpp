@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -79,7 +80,8 @@ StepProfiler::~StepProfiler() {
   if (open_) TraceRecorder::instance().stop();
 }
 
-void StepProfiler::before_step(int64_t step, const MeshTraffic& traffic) {
+void StepProfiler::before_step(int64_t step, const MeshTraffic& traffic,
+                               const MemorySnapshot& memory) {
   if (opened_ || !window_.contains(step)) return;
   world_->barrier();  // the ranks' clocks start together (to within the barrier's exit skew)
   TraceRecorder& recorder = TraceRecorder::instance();
@@ -87,22 +89,27 @@ void StepProfiler::before_step(int64_t step, const MeshTraffic& traffic) {
   recorder.set_thread_name("main");
   opened_ = open_ = true;
   first_recorded_ = step;
-  record_traffic(traffic);
+  record_counters(traffic, memory);
 }
 
-void StepProfiler::after_step(int64_t step, const MeshTraffic& traffic) {
+void StepProfiler::after_step(int64_t step, const MeshTraffic& traffic,
+                              const MemorySnapshot& memory) {
   if (!open_) return;
-  record_traffic(traffic);
+  record_counters(traffic, memory);
   last_recorded_ = step;
   if (step == window_.last) close();
 }
 
-void StepProfiler::record_traffic(const MeshTraffic& traffic) {
+void StepProfiler::record_counters(const MeshTraffic& traffic, const MemorySnapshot& memory) {
   trace_counter("comm bytes", {{"tp", static_cast<double>(traffic.tp)},
                                {"cp", static_cast<double>(traffic.cp)},
                                {"data", static_cast<double>(traffic.data)},
                                {"dp", static_cast<double>(traffic.dp)},
                                {"fsdp", static_cast<double>(traffic.fsdp)}});
+  std::array<TraceCounterValue, kMemoryCategoryCount> bytes;
+  for (size_t c = 0; c < bytes.size(); ++c)
+    bytes[c] = {kMemoryCategoryNames[c], static_cast<double>(memory.current[c])};
+  trace_counter("memory", bytes);
 }
 
 std::filesystem::path StepProfiler::rank_trace_path(int rank) const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/memory_counters.h"
 #include "core/trace.h"
 #include "parallel/mesh.h"
 
@@ -52,9 +53,10 @@ class StepProfiler {
 
   // Opens the window before `step` when the step is in it and no window was opened yet (a
   // resumed run starts inside it): a barrier, then every rank's clock starts.
-  void before_step(int64_t step, const MeshTraffic& traffic);
-  // Records the per-axis byte counter after `step` and closes the window after its last step.
-  void after_step(int64_t step, const MeshTraffic& traffic);
+  void before_step(int64_t step, const MeshTraffic& traffic, const MemorySnapshot& memory);
+  // Records the per-axis byte counter and this rank's memory by category after `step`, and
+  // closes the window after its last step.
+  void after_step(int64_t step, const MeshTraffic& traffic, const MemorySnapshot& memory);
   // Closes the window if it is still open (the run stopped inside it).
   void finish();
 
@@ -67,8 +69,9 @@ class StepProfiler {
 
  private:
   void close();
-  // Records the bytes counted so far on each mesh axis as the counter "comm bytes".
-  void record_traffic(const MeshTraffic& traffic);
+  // Records the bytes counted so far on each mesh axis as the counter "comm bytes", and the
+  // bytes held now by category as the counter "memory".
+  void record_counters(const MeshTraffic& traffic, const MemorySnapshot& memory);
   std::filesystem::path rank_trace_path(int rank) const;
 
   ProfileWindow window_;

@@ -119,6 +119,16 @@ std::vector<Chart> plan_charts(const std::vector<MetricSeries>& all) {
   planner.add("Gradient norm", "global L2 norm", is("train/grad_norm"), nullptr);
   planner.add("Throughput", "tokens/s", is("train/tokens_per_s"), nullptr);
   planner.add("Model FLOP utilisation", "fraction of peak", is("train/mfu"), nullptr);
+  // The measured memory (max over ranks): held at each step's end, and the run's peak; the
+  // per-category peaks ("mem_peak/...") get their own chart from add_groups.
+  planner.add("Memory", "bytes",
+              [](const std::string& tag) {
+                return tag == "train/mem_bytes" || tag == "train/mem_peak_bytes";
+              },
+              [](const std::string& tag) {
+                return tag == "train/mem_bytes" ? std::string("at step end")
+                                                : std::string("peak so far");
+              });
   planner.add_groups();
   planner.add("Evaluation scores", "score",
               [](const std::string& tag) {
@@ -195,7 +205,8 @@ std::string key_value_table(const nlohmann::json& object) {
   return html + "</table>\n";
 }
 
-// The mesh, the parameter counts and each rank's memory by kind (MiB) of sharding.json.
+// The mesh, the parameter counts and each rank's memory by category (MiB) of sharding.json:
+// the numbers of each memory_per_rank entry (nested objects, the category peaks, are left out).
 std::string sharding_tables(const std::filesystem::path& path) {
   const auto report = nlohmann::json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
   ANVIL_CHECK(report.is_object(), "[report] {} is not a JSON object", path.string());
@@ -208,11 +219,14 @@ std::string sharding_tables(const std::filesystem::path& path) {
                                                                     : nlohmann::json::array();
   if (ranks.is_array() && !ranks.empty() && ranks[0].is_object()) {
     html += "<div><h3>memory per rank (MiB)</h3>\n<table>\n<tr>";
-    for (const auto& [kind, bytes] : ranks[0].items()) html += "<th>" + html_escape(kind) + "</th>";
+    for (const auto& [kind, bytes] : ranks[0].items()) {
+      if (!bytes.is_object()) html += "<th>" + html_escape(kind) + "</th>";
+    }
     html += "</tr>\n";
     for (const nlohmann::json& rank : ranks) {
       html += "<tr>";
       for (const auto& [kind, bytes] : rank.items()) {
+        if (bytes.is_object()) continue;
         const bool is_bytes = kind != "rank" && bytes.is_number();
         html += fmt::format("<td class=\"num\">{}</td>",
                             is_bytes ? fmt::format("{:.1f}", bytes.get<double>() / (1024.0 * 1024.0))

@@ -1,8 +1,9 @@
 // `anvil report`: a run directory rendered as one self-contained HTML page. It reads
 // metrics.jsonl (every record through metric_scalars, so fields a record gains appear without
 // changes here), config.toml and, when present, sharding.json, and draws inline SVG charts
-// over steps: loss (train and validation), learning rate, gradient norm, tokens/s, MFU, each
-// object group of the records (memory), evaluation scores, then any other series. The page has
+// over steps: loss (train and validation), learning rate, gradient norm, tokens/s, MFU, the
+// measured memory (held and peak), each object group of the records (the per-category memory
+// peaks, mem_peak/...), evaluation scores, then any other series. The page has
 // no script and names no file or address outside itself, so it works offline and as an
 // attachment. Bad input fails before anything is written, naming the file and line.
 #pragma once

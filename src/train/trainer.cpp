@@ -38,6 +38,7 @@
 #include "model/peft_adapter.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "parallel/collectives.h"
 #include "parallel/engine.h"
 #include "parallel/sharded_checkpoint.h"
 #include "parallel/sharding_report.h"
@@ -89,6 +90,26 @@ std::unique_ptr<CollectiveWatchdog> make_watchdog(const TrainConfig& config,
       std::make_unique<CollectiveWatchdog>(config.parallel.collective_timeout_s, world.rank());
   watchdog->set_phase("start-up");
   return watchdog;
+}
+
+// Returns the largest value of every field of the ranks' snapshots (collective over `world`).
+MemorySnapshot max_over_ranks(Communicator& world, const MemorySnapshot& mine) {
+  std::vector<int64_t> values(mine.current.begin(), mine.current.end());
+  values.insert(values.end(), mine.peak.begin(), mine.peak.end());
+  values.push_back(mine.total);
+  values.push_back(mine.total_peak);
+  const std::vector<int64_t> all = all_gather_int64s(world, values);
+  MemorySnapshot max = mine;
+  for (size_t r = 0; r * values.size() < all.size(); ++r) {
+    const int64_t* v = all.data() + r * values.size();
+    for (size_t c = 0; c < max.current.size(); ++c) {
+      max.current[c] = std::max(max.current[c], v[c]);
+      max.peak[c] = std::max(max.peak[c], v[max.current.size() + c]);
+    }
+    max.total = std::max(max.total, v[values.size() - 2]);
+    max.total_peak = std::max(max.total_peak, v[values.size() - 1]);
+  }
+  return max;
 }
 
 // Steps of each process run left out of the steady-state throughput (start-up effects).
@@ -612,7 +633,7 @@ TrainResult Trainer::run() {
   int64_t steady_steps = 0;
   MeshTraffic steady_traffic;
   for (int64_t step = first_step; step <= total_steps; ++step) {
-    profiler_.before_step(step, mesh_->traffic());
+    profiler_.before_step(step, mesh_->traffic(), backend_->memory_snapshot());
     TraceSpan step_span("step", "step");
     step_span.arg("step", step);
     const MeshTraffic before = mesh_->traffic();
@@ -633,16 +654,22 @@ TrainResult Trainer::run() {
     ema_step_seconds =
         steps_done == 1 ? outcome.seconds : 0.9 * ema_step_seconds + 0.1 * outcome.seconds;
     const double step_tokens_per_s = static_cast<double>(tokens_per_step) / outcome.seconds;
+    // Every step is logged, so every step gathers the ranks' memory (one small collective).
+    const MemorySnapshot memory = max_over_ranks(mesh_->world(), backend_->memory_snapshot());
     if (root_) {
       // Every rank is one device running at most logging.peak_tflops.
       const double mfu = config_.logging.peak_tflops > 0
                              ? step_tokens_per_s * result.flops_per_token /
                                    (config_.logging.peak_tflops * 1e12 * world_.size())
                              : -1.0;
-      metrics->write(TrainStepRecord{step, outcome.loss, outcome.lr, outcome.grad_norm,
-                                     progress_.tokens_seen, step_tokens_per_s,
-                                     seconds_between(run_start_, Clock::now()),
-                                     progress_.skipped_steps, mfu, outcome.loss_scale});
+      TrainStepRecord record{step, outcome.loss, outcome.lr, outcome.grad_norm,
+                             progress_.tokens_seen, step_tokens_per_s,
+                             seconds_between(run_start_, Clock::now()),
+                             progress_.skipped_steps, mfu, outcome.loss_scale};
+      record.mem_bytes = memory.total;
+      record.mem_peak_bytes = memory.total_peak;
+      record.mem_peak = memory.peak;
+      metrics->write(record);
       printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
                                  step_tokens_per_s,
                                  step_tokens_per_s * result.flops_per_token / 1e9,
@@ -673,7 +700,7 @@ TrainResult Trainer::run() {
       watch(step, nullptr);
     }
     step_span.end();
-    profiler_.after_step(step, mesh_->traffic());
+    profiler_.after_step(step, mesh_->traffic(), backend_->memory_snapshot());
     if (stop) {
       signals.keep_installed();
       result.stopped_by_signal = true;
@@ -707,9 +734,8 @@ TrainResult Trainer::run() {
         steady_traffic.dp / steady_steps, steady_traffic.fsdp / steady_steps};
   }
   result.peak_rss_mb = peak_rss_mb();
-  const int64_t device_bytes = backend_->peak_device_bytes();
   result.peak_device_mb =
-      device_bytes < 0 ? -1.0 : static_cast<double>(device_bytes) / (1024.0 * 1024.0);
+      static_cast<double>(backend_->memory_snapshot().total_peak) / (1024.0 * 1024.0);
   return result;
 }
 

@@ -44,7 +44,9 @@ struct TrainResult {
   // Payload bytes rank 0 handed to each mesh axis per steady-state step (train_step only).
   MeshTraffic traffic_per_step;
   double peak_rss_mb = 0;
-  double peak_device_mb = -1;  // the backend allocator's peak (MiB); -1 for host backends
+  // The most bytes this rank's backend held at once (MiB, as counted by category; host
+  // memory for the CPU backends).
+  double peak_device_mb = 0;
   double final_loss = 0;       // training loss of the last step
   double final_val_loss = -1;  // of the last evaluation; -1 when none ran
   bool stopped_by_signal = false;

@@ -1,4 +1,4 @@
-// The registry, the CPU backend's memory functions, and RoPE's inverse frequencies checked
+// The registry, the CPU backend's memory functions and memory counting, and RoPE's inverse frequencies checked
 // bit for bit against values PyTorch computed (the op driver checks the rest of RoPE).
 #include <gtest/gtest.h>
 
@@ -34,11 +34,55 @@ TEST(Registry, NamesAndDescriptions) {
   EXPECT_NE(cpu.find(cpu_info().feature_list()), std::string::npos) << cpu;
 }
 
+// The backend counts its allocations in its own snapshot (not HostAllocator's), and the
+// optimized kernels' scratch is counted as workspace.
+TEST(CpuBackend, MemorySnapshotCountsEveryAllocationByCategory) {
+  for (const char* name : {"cpu", "cpu-ref"}) {
+    std::unique_ptr<Backend> backend = make_backend(name);
+    const MemorySnapshot host_before = HostAllocator::instance().memory_snapshot();
+    EXPECT_EQ(backend->memory_snapshot().total, 0) << name;
+    {
+      Buffer weights(*backend, 4096, MemoryCategory::trainable_weights);
+      Buffer moments(*backend, 8192, MemoryCategory::optimizer_state);
+      const MemorySnapshot s = backend->memory_snapshot();
+      EXPECT_EQ(s.current_of(MemoryCategory::trainable_weights), 4096) << name;
+      EXPECT_EQ(s.current_of(MemoryCategory::optimizer_state), 8192) << name;
+      EXPECT_EQ(s.total, 4096 + 8192) << name;
+    }
+    EXPECT_EQ(HostAllocator::instance().memory_snapshot().total, host_before.total) << name;
+
+    // Cross-entropy over 4 rows of 100 logits: the optimized backend keeps row scratch.
+    Buffer logits(*backend, 400 * sizeof(float), MemoryCategory::workspace);
+    Buffer rows(*backend, 4 * sizeof(float), MemoryCategory::workspace);
+    std::vector<float> values(400, 0.25f);
+    const std::vector<int32_t> targets = {1, 2, 3, 4};
+    const Tensor tl = logits.as(DType::f32, Shape{4, 100});
+    backend->copy_from_host(tl, values.data());
+    const Tensor losses = rows.as(DType::f32, Shape{4});
+    const Tensor ids(const_cast<int32_t*>(targets.data()), DType::i32, Shape{4});
+    const int64_t before = backend->memory_snapshot().current_of(MemoryCategory::workspace);
+    backend->cross_entropy(tl, ids, nullptr, -100, losses, nullptr, 1.0f);
+    const int64_t after = backend->memory_snapshot().current_of(MemoryCategory::workspace);
+    if (std::string(name) == "cpu") {
+      EXPECT_GE(after - before, 100 * static_cast<int64_t>(sizeof(float))) << name;
+    } else {
+      EXPECT_EQ(after, before) << name;  // the reference loops keep no scratch
+    }
+  }
+  const std::unique_ptr<Backend> backend = make_backend("cpu");
+  { Buffer transient(*backend, 1 << 20, MemoryCategory::communication); }
+  const MemorySnapshot s = backend->memory_snapshot();
+  EXPECT_EQ(s.current_of(MemoryCategory::communication), 0);
+  EXPECT_EQ(s.peak_of(MemoryCategory::communication), 1 << 20);
+  EXPECT_EQ(s.total_peak, 1 << 20);
+}
+
 TEST(CpuBackend, MemoryIsAlignedAndCopiesRoundTrip) {
   for (const char* name : {"cpu", "cpu-ref"}) {
     std::unique_ptr<Backend> backend = make_backend(name);
     EXPECT_TRUE(backend->device().is_cpu());
-    Buffer a(*backend, 100 * sizeof(float)), b(*backend, 100 * sizeof(float));
+    Buffer a(*backend, 100 * sizeof(float), MemoryCategory::workspace);
+    Buffer b(*backend, 100 * sizeof(float), MemoryCategory::workspace);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 64, 0u);
     const Tensor ta = a.as(DType::f32, Shape{100}), tb = b.as(DType::f32, Shape{100});
     std::vector<float> host(100), back(100, -1.0f);

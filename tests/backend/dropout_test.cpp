@@ -28,8 +28,8 @@ std::vector<float> inputs(int64_t n) {
 std::vector<float> run(Backend& backend, const std::vector<float>& x, DType dtype, float p,
                        uint64_t seed, bool in_place) {
   const int64_t n = static_cast<int64_t>(x.size());
-  Buffer in(backend, static_cast<size_t>(n) * dtype_size(dtype));
-  Buffer out(backend, static_cast<size_t>(n) * dtype_size(dtype));
+  Buffer in(backend, static_cast<size_t>(n) * dtype_size(dtype), MemoryCategory::workspace);
+  Buffer out(backend, static_cast<size_t>(n) * dtype_size(dtype), MemoryCategory::workspace);
   const Tensor tin = in.as(dtype, Shape{n});
   const Tensor tout = in_place ? tin : out.as(dtype, Shape{n});
   std::vector<float> result(static_cast<size_t>(n));
@@ -113,7 +113,7 @@ TEST(DropoutTest, RejectsBadArguments) {
   auto backend = make_backend("cpu");
   for (const char* name : {"cpu", "cpu-ref"}) {
     auto b = make_backend(name);
-    Buffer buffer(*b, 64 * sizeof(float));
+    Buffer buffer(*b, 64 * sizeof(float), MemoryCategory::workspace);
     const Tensor t = buffer.as(DType::f32, Shape{16});
     EXPECT_THROW(b->dropout(t, t, 1.0f, 0), Error);
     EXPECT_THROW(b->dropout(t, t, -0.1f, 0), Error);

@@ -204,7 +204,8 @@ Tensor Workspace::operator[](const std::string& name) const {
 
 Tensor Workspace::scratch(DType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  buffers_.push_back(std::make_unique<Buffer>(backend_, std::max<size_t>(bytes, 1)));
+  buffers_.push_back(
+      std::make_unique<Buffer>(backend_, std::max<size_t>(bytes, 1), MemoryCategory::workspace));
   return buffers_.back()->as(dtype, shape);
 }
 

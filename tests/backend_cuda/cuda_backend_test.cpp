@@ -31,7 +31,8 @@ class CudaBackendTest : public ::testing::Test {
 
   // Returns a tensor on `backend` holding `values` stored as `dtype` (rounded to it).
   Tensor make(Backend& backend, DType dtype, Shape shape, const std::vector<float>& values) {
-    buffers_.push_back(std::make_unique<Buffer>(backend, std::max<size_t>(1, values.size() * 4)));
+    buffers_.push_back(std::make_unique<Buffer>(backend, std::max<size_t>(1, values.size() * 4),
+                                                MemoryCategory::workspace));
     const Tensor t = buffers_.back()->as(dtype, shape);
     std::vector<unsigned char> bytes(t.nbytes());
     for (size_t i = 0; i < values.size(); ++i) {
@@ -47,7 +48,8 @@ class CudaBackendTest : public ::testing::Test {
   }
 
   Tensor make_ids(Backend& backend, const std::vector<int32_t>& ids) {
-    buffers_.push_back(std::make_unique<Buffer>(backend, ids.size() * 4));
+    buffers_.push_back(
+        std::make_unique<Buffer>(backend, ids.size() * 4, MemoryCategory::workspace));
     const Tensor t = buffers_.back()->as(DType::i32, Shape{static_cast<int64_t>(ids.size())});
     backend.copy_from_host(t, ids.data());
     return t;
@@ -85,7 +87,8 @@ TEST_F(CudaBackendTest, PinnedCopiesRoundTripAcrossChunkBoundaries) {
   for (int64_t count : {int64_t{1}, int64_t{1001}, int64_t{(8 << 20) / 4}, int64_t{4200003}}) {
     const std::vector<float> values = pattern(count, 1);
     const Tensor device = make(*cuda_, DType::f32, Shape{count}, values);
-    buffers_.push_back(std::make_unique<Buffer>(*cuda_, device.nbytes()));
+    buffers_.push_back(
+        std::make_unique<Buffer>(*cuda_, device.nbytes(), MemoryCategory::workspace));
     const Tensor copy = buffers_.back()->as(DType::f32, Shape{count});
     cuda_->copy(copy, device);
     EXPECT_EQ(read(*cuda_, copy), values) << count << " elements";
@@ -94,8 +97,8 @@ TEST_F(CudaBackendTest, PinnedCopiesRoundTripAcrossChunkBoundaries) {
 
 TEST_F(CudaBackendTest, AllocatorReusesFreedBlocksAndTracksPeak) {
   const cuda::AllocatorStats before = cuda_->memory_stats();
-  { Buffer first(*cuda_, 3 << 20); }
-  { Buffer second(*cuda_, 3 << 20); }
+  { Buffer first(*cuda_, 3 << 20, MemoryCategory::workspace); }
+  { Buffer second(*cuda_, 3 << 20, MemoryCategory::workspace); }
   const cuda::AllocatorStats after = cuda_->memory_stats();
   EXPECT_LE(after.source_allocations - before.source_allocations, 1);
   EXPECT_GE(after.cache_hits - before.cache_hits, 1);

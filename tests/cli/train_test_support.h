@@ -49,14 +49,17 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
   return dir;
 }
 
-// Returns the lines of a run's metrics.jsonl with the wall-clock fields removed;
-// everything else must match byte for byte between equivalent runs.
+// Returns the lines of a run's metrics.jsonl with the wall-clock and memory fields removed
+// (the memory a process measures depends on what it did since it started, so a resumed run
+// differs); everything else must match byte for byte between equivalent runs.
 inline std::vector<std::string> deterministic_metrics(const std::filesystem::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
   std::vector<std::string> lines;
-  const std::regex time_fields(R"re(,"(tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+)re");
+  const std::regex measured_fields(
+      R"re(,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+)re"
+      R"re(|,"mem_peak":\{[^}]*\})re");
   for (std::string line; std::getline(in, line);) {
-    lines.push_back(std::regex_replace(line, time_fields, ""));
+    lines.push_back(std::regex_replace(line, measured_fields, ""));
   }
   return lines;
 }

@@ -20,7 +20,7 @@ TEST(Shape, NumelRowsAndFormatting) {
 }
 
 TEST(Tensor, SliceIndexViewAndFlat) {
-  Buffer buffer(HostAllocator::instance(), 24 * sizeof(float));
+  Buffer buffer(HostAllocator::instance(), 24 * sizeof(float), MemoryCategory::workspace);
   Tensor t = buffer.as(DType::f32, Shape{2, 3, 4});
   for (int i = 0; i < 24; ++i) t.f32()[i] = static_cast<float>(i);
   EXPECT_EQ(t[1].shape, (Shape{3, 4}));

@@ -194,7 +194,8 @@ TEST(LlamaLayoutTest, TiedBiasAndDecayFlags) {
 TEST(ParameterSetTest, GroupsAreFlatZeroedBuffersWithNamedViews) {
   auto backend = make_backend("cpu");
   const LlamaConfig c = tiny_config();
-  ParameterSet set(make_llama_layout(c, true), *backend);
+  ParameterSet set(make_llama_layout(c, true), *backend,
+                   MemoryCategory::trainable_weights);
   const ParameterLayout& layout = set.layout();
   for (int g = 0; g < set.group_count(); ++g) {
     const std::vector<float> values = to_host(*backend, set.group(g));

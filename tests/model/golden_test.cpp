@@ -197,7 +197,8 @@ TEST_P(GoldenTest, LogitsLossAndGradientsMatchPyTorch) {
   const std::vector<int64_t>& logit_shape = file_->at("output.logits").shape;
   Buffer logits_buffer(
       *backend_,
-      static_cast<size_t>(logit_shape[0] * logit_shape[1] * logit_shape[2]) * sizeof(float));
+      static_cast<size_t>(logit_shape[0] * logit_shape[1] * logit_shape[2]) * sizeof(float),
+      MemoryCategory::workspace);
   const Tensor logits =
       logits_buffer.as(DType::f32, Shape{logit_shape[0], logit_shape[1], logit_shape[2]});
   model->forward_logits(inputs_->batch.tokens, logits, inputs_->batch.doc_ids);

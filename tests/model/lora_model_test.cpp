@@ -22,10 +22,25 @@ ModelOptions lora_options(LoraOptions lora, DType dtype = DType::f32, int max_se
   return options;
 }
 
+// Returns the bytes of `category` a backend allocated between two snapshots.
+int64_t allocated_between(const MemorySnapshot& before, const MemorySnapshot& after,
+                          MemoryCategory category) {
+  return after.current_of(category) - before.current_of(category);
+}
+
+// Returns the bytes of every group of `layout` in elements of `element_bytes` (padding included).
+int64_t layout_bytes(const ParameterLayout& layout, int64_t element_bytes) {
+  int64_t bytes = 0;
+  for (int g = 0; g < layout.group_count(); ++g) bytes += layout.group_numel(g) * element_bytes;
+  return bytes;
+}
+
 TEST(LoraModelTest, BaseIsFrozenAndAdaptersStartAsIdentity) {
   auto backend = make_backend("cpu");
   LlamaModel plain(tiny_config(), *backend, lora_options(LoraOptions{}));
+  const MemorySnapshot before = backend->memory_snapshot();
   LlamaModel adapted(tiny_config(), *backend, lora_options(all_targets_lora()));
+  const MemorySnapshot after = backend->memory_snapshot();
   plain.init_weights(5);
   adapted.init_weights(5);
   adapted.init_lora(9);
@@ -47,9 +62,14 @@ TEST(LoraModelTest, BaseIsFrozenAndAdaptersStartAsIdentity) {
   EXPECT_LE(max_a, 1.0 / std::sqrt(32.0));
   EXPECT_GT(max_a, 0.8 / std::sqrt(32.0));
   for (float v : b) EXPECT_EQ(v, 0.0f);
-  const ModelMemory memory = adapted.memory();
-  EXPECT_EQ(memory.gradients, memory.trainable);
-  EXPECT_EQ(memory.trainable_count, adapted.trainable().layout().total_params());
+  // The base is counted as frozen and has no gradients; the adapters are f32 with f32
+  // gradients (alignment padding included).
+  const int64_t adapters = layout_bytes(adapted.trainable().layout(), 4);
+  EXPECT_EQ(allocated_between(before, after, MemoryCategory::trainable_weights), adapters);
+  EXPECT_EQ(allocated_between(before, after, MemoryCategory::gradients), adapters);
+  EXPECT_EQ(allocated_between(before, after, MemoryCategory::frozen_weights),
+            layout_bytes(adapted.parameters().layout(), 4));
+  EXPECT_EQ(allocated_between(before, after, MemoryCategory::optimizer_state), 0);
 }
 
 // Central differences of the mean loss, in double around f32 evaluations on the reference
@@ -191,19 +211,26 @@ TEST(LoraModelTest, MaskedPositionsCarryNoLossAndNoGradient) {
 TEST(LoraModelTest, Bf16BaseIsStoredInBf16OnlyAndTrains) {
   auto backend = make_backend("cpu");
   const LlamaConfig config = tiny_config();
+  const MemorySnapshot start = backend->memory_snapshot();
   LlamaModel f32_model(config, *backend, lora_options(all_targets_lora()));
+  const MemorySnapshot between = backend->memory_snapshot();
   LlamaModel bf16_model(config, *backend, lora_options(all_targets_lora(), DType::bf16));
-  const ModelMemory m32 = f32_model.memory();
-  const ModelMemory m16 = bf16_model.memory();
+  const MemorySnapshot end = backend->memory_snapshot();
+  const int64_t frozen32 = allocated_between(start, between, MemoryCategory::frozen_weights);
+  const int64_t frozen16 = allocated_between(between, end, MemoryCategory::frozen_weights);
   EXPECT_EQ(bf16_model.parameters().dtype(), DType::bf16);
   EXPECT_EQ(bf16_model.parameters().group(1).dtype, DType::bf16);
   EXPECT_FALSE(bf16_model.gradients().has_storage(1));
   // Every base tensor takes 2 bytes instead of 4; the norms add small f32 copies.
-  const size_t norm_copies = (2 * config.n_layers + 1) * config.dim * sizeof(float);
-  EXPECT_EQ(m16.frozen, m32.frozen / 2 + norm_copies);
-  EXPECT_EQ(m16.trainable_count, m32.trainable_count);
-  std::printf("[lora] frozen base bytes: f32 %zu, bf16 %zu; trainable %zu, gradients %zu\n",
-              m32.frozen, m16.frozen, m16.trainable, m16.gradients);
+  const int64_t norm_copies = (2 * config.n_layers + 1) * config.dim * sizeof(float);
+  EXPECT_EQ(frozen16, frozen32 / 2 + norm_copies);
+  EXPECT_EQ(bf16_model.trainable().layout().total_params(),
+            f32_model.trainable().layout().total_params());
+  std::printf("[lora] frozen base bytes: f32 %lld, bf16 %lld; trainable %lld, gradients %lld\n",
+              static_cast<long long>(frozen32), static_cast<long long>(frozen16),
+              static_cast<long long>(
+                  allocated_between(between, end, MemoryCategory::trainable_weights)),
+              static_cast<long long>(allocated_between(between, end, MemoryCategory::gradients)));
 
   bf16_model.init_weights(71);
   bf16_model.init_lora(72);

@@ -106,7 +106,8 @@ TEST(ParameterTableTest, TiedHeadAndNoBiasDropTheirRows) {
 TEST(ParameterTableTest, ViewsAreTheTensorsOfTheirNames) {
   auto backend = make_backend("cpu");
   const LlamaConfig c = biased_untied_config();
-  ParameterSet set(make_llama_layout(c, true), *backend);
+  ParameterSet set(make_llama_layout(c, true), *backend,
+                   MemoryCategory::trainable_weights);
   const LlamaWeights w = llama_weight_views(c, set);
   auto same_tensor = [&](const Tensor& view, const std::string& name) {
     const Tensor named = set.tensor(name);
@@ -133,9 +134,11 @@ TEST(ParameterTableTest, ViewsAreTheTensorsOfTheirNames) {
   // A tied head views the embedding table; groups without storage get undefined views.
   LlamaConfig tied = c;
   tied.tie_embeddings = true;
-  ParameterSet tied_set(make_llama_layout(tied, true), *backend);
+  ParameterSet tied_set(make_llama_layout(tied, true), *backend,
+                        MemoryCategory::trainable_weights);
   EXPECT_EQ(llama_weight_views(tied, tied_set).lm_head.data, tied_set.tensor(0).data);
-  ParameterSet unbound(make_llama_layout(c, true), *backend, false);
+  ParameterSet unbound(make_llama_layout(c, true), *backend,
+                       MemoryCategory::trainable_weights, false);
   const LlamaWeights empty = llama_weight_views(c, unbound);
   EXPECT_FALSE(empty.embedding.defined());
   EXPECT_FALSE(empty.layers[0].wq.defined());

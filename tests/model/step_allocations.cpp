@@ -118,8 +118,8 @@ struct Trainer {
     model.init_weights(1);
     for (int g = 0; g < model.parameters().group_count(); ++g) {
       const Tensor p = model.parameters().group(g);
-      m.emplace_back(backend, p.nbytes());
-      v.emplace_back(backend, p.nbytes());
+      m.emplace_back(backend, p.nbytes(), MemoryCategory::optimizer_state);
+      v.emplace_back(backend, p.nbytes(), MemoryCategory::optimizer_state);
       backend.fill_zero(m.back().as(DType::f32, p.shape));
       backend.fill_zero(v.back().as(DType::f32, p.shape));
     }

@@ -55,8 +55,8 @@ TEST_P(AdamWTest, MatchesTorchFormulaInDoublePrecision) {
   std::vector<Buffer> param_buffers, grad_buffers;
   std::vector<OptimizerGroup> groups;
   for (int64_t n : sizes) {
-    param_buffers.emplace_back(*backend, n * sizeof(float));
-    grad_buffers.emplace_back(*backend, n * sizeof(float));
+    param_buffers.emplace_back(*backend, n * sizeof(float), MemoryCategory::trainable_weights);
+    grad_buffers.emplace_back(*backend, n * sizeof(float), MemoryCategory::gradients);
     OptimizerGroup group;
     group.params = param_buffers.back().as(DType::f32, {n});
     group.grads = grad_buffers.back().as(DType::f32, {n});
@@ -114,7 +114,8 @@ TEST_P(AdamWTest, MatchesTorchFormulaInDoublePrecision) {
 }
 
 TEST_P(AdamWTest, ZeroDecaySpanLeavesParameterWithZeroGradientUnchanged) {
-  Buffer params(*backend, 4 * sizeof(float)), grads(*backend, 4 * sizeof(float));
+  Buffer params(*backend, 4 * sizeof(float), MemoryCategory::trainable_weights);
+  Buffer grads(*backend, 4 * sizeof(float), MemoryCategory::gradients);
   OptimizerGroup group{
       params.as(DType::f32, {4}), grads.as(DType::f32, {4}), {{0, 2, true}, {2, 2, false}}, {}};
   for (int i = 0; i < 4; ++i) {
@@ -128,13 +129,15 @@ TEST_P(AdamWTest, ZeroDecaySpanLeavesParameterWithZeroGradientUnchanged) {
 }
 
 TEST_P(AdamWTest, RejectsSpansThatDoNotTileTheGroup) {
-  Buffer params(*backend, 8 * sizeof(float)), grads(*backend, 8 * sizeof(float));
+  Buffer params(*backend, 8 * sizeof(float), MemoryCategory::trainable_weights);
+  Buffer grads(*backend, 8 * sizeof(float), MemoryCategory::gradients);
   OptimizerGroup group{params.as(DType::f32, {8}), grads.as(DType::f32, {8}), {{0, 4, true}}, {}};
   EXPECT_THROW(AdamW(*backend, {group}, {}), Error);
 }
 
 TEST_P(AdamWTest, GlobalNormAndClipCoefficientFollowTorch) {
-  Buffer a(*backend, 2 * sizeof(float)), b(*backend, 1 * sizeof(float));
+  Buffer a(*backend, 2 * sizeof(float), MemoryCategory::gradients);
+  Buffer b(*backend, 1 * sizeof(float), MemoryCategory::gradients);
   std::vector<OptimizerGroup> groups(2);
   groups[0].grads = a.as(DType::f32, {2});
   groups[1].grads = b.as(DType::f32, {1});

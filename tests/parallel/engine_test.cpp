@@ -15,6 +15,8 @@ namespace anvil {
 namespace {
 
 using ptest::Curve;
+using ptest::describe_memory;
+using ptest::expected_setup_memory;
 using ptest::Harness;
 using ptest::RunSpec;
 
@@ -149,26 +151,65 @@ TEST(EngineSingleProcess, EvaluationSumsEveryBatch) {
   EXPECT_NEAR(total.mean(), std::log(64.0), 0.2);  // an untrained model guesses uniformly
 }
 
-TEST(EngineSingleProcess, MemoryFollowsTheStage) {
+TEST(EngineSingleProcess, MeasuredMemoryEqualsTheBytesOfTheParameterShapes) {
+  auto comm = make_single_process_communicator();
+  for (const int stage : {0, 3}) {
+    for (const int grad_accum : {1, 2}) {
+      RunSpec spec;
+      spec.zero_stage = stage;
+      spec.grad_accum = grad_accum;
+      Harness harness(*comm, spec);
+      const MemorySnapshot setup = harness.engine().memory();
+      const MemoryByCategory expected = expected_setup_memory(spec, harness.model(), 1, 0);
+      EXPECT_EQ(setup.current, expected)
+          << "stage " << stage << ", " << grad_accum << " micro-batches: measured "
+          << describe_memory(setup.current) << "; expected " << describe_memory(expected);
+      if (stage == 0) {
+        // One process, tied embeddings, no padding at these shapes: 4 bytes per parameter.
+        const int64_t params = spec.config().param_count();
+        EXPECT_EQ(setup.current_of(MemoryCategory::trainable_weights), 4 * params);
+        EXPECT_EQ(setup.current_of(MemoryCategory::optimizer_state), 8 * params);
+      }
+      int64_t sum = 0;
+      for (const int64_t bytes : setup.current) sum += bytes;
+      EXPECT_EQ(setup.total, sum);
+      EXPECT_EQ(setup.total_peak, setup.total);  // setup frees nothing it allocated
+
+      // A step adds the backend's kernel scratch (workspace) and frees what it takes.
+      harness.engine().init_weights(spec.seed);
+      harness.step(0);
+      const MemorySnapshot after = harness.engine().memory();
+      for (MemoryCategory c : {MemoryCategory::trainable_weights, MemoryCategory::gradients,
+                               MemoryCategory::optimizer_state, MemoryCategory::activations,
+                               MemoryCategory::communication}) {
+        EXPECT_EQ(after.current_of(c), setup.current_of(c)) << memory_category_name(c);
+        EXPECT_EQ(after.peak_of(c), setup.current_of(c)) << memory_category_name(c);
+      }
+      EXPECT_GT(after.current_of(MemoryCategory::workspace), 0);
+      EXPECT_GE(after.total_peak, after.total);
+    }
+  }
+}
+
+TEST(EngineSingleProcess, ShardingReportShowsTheMeasuredMemory) {
   auto comm = make_single_process_communicator();
   RunSpec spec;
-  Harness stage0(*comm, spec);
-  const MemoryReport m0 = stage0.engine().memory();
-  const int64_t params = ptest::tiny_config(true).param_count();
-  // 4 bytes of weights, gradients, m and v per element (alignment padding included).
-  EXPECT_EQ(m0.weights, m0.gradients);
-  EXPECT_EQ(m0.optimizer, 2 * m0.weights);
-  EXPECT_GE(m0.weights, 4 * params);
-  EXPECT_EQ(m0.comm_buffers, 0);
-  EXPECT_GT(m0.activations, 0);
   spec.zero_stage = 3;
   Harness stage3(*comm, spec);
-  const MemoryReport m3 = stage3.engine().memory();
-  EXPECT_EQ(m3.optimizer, m0.optimizer);  // one rank holds every shard
-  EXPECT_GT(m3.comm_buffers, 0);
-  const std::string table = sharding_report(stage3.engine()).text;
-  EXPECT_NE(table.find("memory per rank"), std::string::npos) << table;
-  EXPECT_NE(table.find("layers.*.self_attn.q_proj"), std::string::npos) << table;
+  const ShardingReport report = sharding_report(stage3.engine());
+  EXPECT_NE(report.text.find("memory per rank"), std::string::npos) << report.text;
+  EXPECT_NE(report.text.find("layers.*.self_attn.q_proj"), std::string::npos) << report.text;
+  const MemorySnapshot memory = stage3.engine().memory();
+  ASSERT_EQ(report.json["memory_per_rank"].size(), 1u);
+  const nlohmann::json& rank = report.json["memory_per_rank"][0];
+  for (size_t c = 0; c < kMemoryCategoryNames.size(); ++c) {
+    const std::string name(kMemoryCategoryNames[c]);
+    EXPECT_EQ(rank[name].get<int64_t>(), memory.current[c]) << name;
+    EXPECT_EQ(rank["peak"][name].get<int64_t>(), memory.peak[c]) << name;
+  }
+  EXPECT_EQ(rank["total"].get<int64_t>(), memory.total);
+  EXPECT_EQ(rank["total_peak"].get<int64_t>(), memory.total_peak);
+  EXPECT_GT(rank["communication"].get<int64_t>(), 0);  // the stage-3 slots
 }
 
 TEST(EngineSingleProcess, RejectsAModelBuiltForAnotherStage) {

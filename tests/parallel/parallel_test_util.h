@@ -215,6 +215,57 @@ class Harness {
   std::vector<View> views_;
 };
 
+// Returns the bytes by category one rank's backend must hold once `harness` is set up (no
+// step run yet), derived from the parameter shapes alone: a group lays its parameters out one
+// after another, each starting at a multiple of 16 elements; f32 weights, gradients and AdamW's
+// m and v. Stage 0 replicates them (world rank 0 also keeps a running gradient sum when there
+// are several micro-batches); stage 3 pads a group to a multiple of 16 x world elements and
+// holds 1/world of its weights and gradients, m and v of the real elements of that shard, and
+// three weight and three gradient slots of the largest padded group (communication; one more
+// for the running sum with several micro-batches). The
+// activations are the model's arena; nothing else is allocated before the first step.
+inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& model, int world,
+                                              int rank) {
+  const ParameterLayout& layout = model.trainable().layout();
+  std::vector<int64_t> group_elements;
+  for (const ParameterInfo& p : layout.params()) {
+    if (static_cast<size_t>(p.group) >= group_elements.size())
+      group_elements.resize(static_cast<size_t>(p.group) + 1, 0);
+    int64_t& end = group_elements[static_cast<size_t>(p.group)];
+    end = (end + p.shape.numel() + 15) / 16 * 16;
+  }
+  int64_t weights = 0, optimizer = 0, largest = 0;
+  for (const int64_t elements : group_elements) {
+    const int64_t unit = 16 * static_cast<int64_t>(world);
+    const int64_t padded = (elements + unit - 1) / unit * unit;
+    const int64_t shard = spec.zero_stage == 3 ? padded / world : elements;
+    const int64_t first = spec.zero_stage == 3 ? rank * shard : 0;
+    weights += 4 * shard;
+    optimizer += 8 * std::clamp<int64_t>(elements - first, 0, shard);
+    largest = std::max(largest, padded);
+  }
+  EXPECT_TRUE(spec.zero_stage == 0 || spec.zero_stage == 3) << "stage 0 or 3 only";
+  EXPECT_EQ(spec.lora_r, 0) << "no LoRA";
+  MemoryByCategory expected{};
+  auto at = [&](MemoryCategory c) -> int64_t& { return expected[static_cast<size_t>(c)]; };
+  at(MemoryCategory::trainable_weights) = weights;
+  at(MemoryCategory::gradients) = weights * (spec.zero_stage == 0 && rank == 0 &&
+                                                     spec.grad_accum > 1 ? 2 : 1);
+  at(MemoryCategory::optimizer_state) = optimizer;
+  at(MemoryCategory::activations) = static_cast<int64_t>(model.activation_bytes());
+  if (spec.zero_stage == 3)
+    at(MemoryCategory::communication) = (3 + 3 + (spec.grad_accum > 1 ? 1 : 0)) * 4 * largest;
+  return expected;
+}
+
+// Returns "frozen_weights 0, trainable_weights 4096, ..." for a failure message.
+inline std::string describe_memory(const MemoryByCategory& bytes) {
+  std::string text;
+  for (size_t c = 0; c < bytes.size(); ++c)
+    text += (c ? ", " : "") + std::string(kMemoryCategoryNames[c]) + " " + std::to_string(bytes[c]);
+  return text;
+}
+
 // Returns the largest |got - want| / |want| over a loss curve.
 inline double max_relative_difference(const std::vector<double>& got,
                                       const std::vector<double>& want) {

@@ -47,10 +47,12 @@ std::string file_bytes(const fs::path& path) {
 
 std::vector<std::string> metrics_without_times(const fs::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
-  const std::regex time_fields(R"re(,"(tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+)re");
+  const std::regex measured_fields(
+      R"re(,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+)re"
+      R"re(|,"mem_peak":\{[^}]*\})re");
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);)
-    lines.push_back(std::regex_replace(line, time_fields, ""));
+    lines.push_back(std::regex_replace(line, measured_fields, ""));
   return lines;
 }
 

@@ -128,6 +128,30 @@ TEST(MetricsTest, MfuIsAWallClockFieldWrittenWhenKnown) {
       << format_metrics_line(record);
 }
 
+TEST(MetricsTest, MemoryFieldsComeBeforeTheWallClockFieldsWhenMeasured) {
+  TrainStepRecord record{3, 2.0, 1e-3, 0.5, 96, 1000.0, 1.5};
+  EXPECT_EQ(format_metrics_line(record).find("mem_"), std::string::npos);
+  record.mem_bytes = 3000;
+  record.mem_peak_bytes = 5000;
+  record.mem_peak = {0, 1000, 1000, 2000, 900, 100, 7};
+  const std::string line = format_metrics_line(record);
+  EXPECT_NE(line.find(",\"skipped_steps\":0,\"mem_bytes\":3000,\"mem_peak_bytes\":5000,"
+                      "\"mem_peak\":{\"frozen_weights\":0,\"trainable_weights\":1000,"
+                      "\"gradients\":1000,\"optimizer_state\":2000,\"activations\":900,"
+                      "\"communication\":100,\"workspace\":7},\"tokens_per_s\":1000.0,"),
+            std::string::npos)
+      << line;
+  std::vector<std::string> tags;
+  for (const MetricScalar& scalar : metric_scalars(nlohmann::ordered_json::parse(line)))
+    tags.push_back(scalar.tag);
+  const std::vector<std::string> memory(tags.begin() + 5, tags.begin() + 14);
+  EXPECT_EQ(memory, (std::vector<std::string>{
+                        "train/mem_bytes", "train/mem_peak_bytes", "mem_peak/frozen_weights",
+                        "mem_peak/trainable_weights", "mem_peak/gradients",
+                        "mem_peak/optimizer_state", "mem_peak/activations",
+                        "mem_peak/communication", "mem_peak/workspace"}));
+}
+
 TEST(MetricsTest, ScalarsNameEveryNumberOfARecord) {
   const auto record = nlohmann::ordered_json::parse(
       R"({"type":"train","step":4,"loss":2.5,"lr":null,"note":"x","flag":true,)"

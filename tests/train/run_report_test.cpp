@@ -49,9 +49,10 @@ class RunReport : public ::testing::Test {
     for (int step = 1; step <= 30; ++step) {
       metrics += fmt::format(
           "{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":0.001,\"grad_norm\":1.5,"
-          "\"tokens\":{},\"skipped_steps\":0,\"memory\":{{\"activations\":{},\"weights\":4096}},"
+          "\"tokens\":{},\"skipped_steps\":0,\"mem_bytes\":{},\"mem_peak_bytes\":9000,"
+          "\"mem_peak\":{{\"activations\":{},\"trainable_weights\":4096}},"
           "\"tokens_per_s\":1000.0,\"mfu\":0.25,\"elapsed_s\":{}}}\n",
-          step, 5.0 - 0.1 * step, 64 * step, 1000 + step, 0.5 * step);
+          step, 5.0 - 0.1 * step, 64 * step, 5000 + step, 1000 + step, 0.5 * step);
       if (step % 10 == 0) {
         metrics += fmt::format(
             "{{\"type\":\"eval\",\"step\":{},\"loss\":{},\"ppl\":20.0,\"tokens\":512,"
@@ -65,7 +66,8 @@ class RunReport : public ::testing::Test {
     write_file_atomic(run / "config.toml", config_to_toml(config));
     write_file_atomic(run / "sharding.json",
                       R"({"mesh":{"world":1,"zero_stage":0},"parameters":{"trainable":10,"all":10},)"
-                      R"("memory_per_rank":[{"rank":0,"weights":2097152,"total":2097152}]})");
+                      R"("memory_per_rank":[{"rank":0,"trainable_weights":2097152,"total":2097152,)"
+                      R"("total_peak":3145728,"peak":{"trainable_weights":2097152}}]})");
   }
   void TearDown() override { fs::remove_all(run); }
 
@@ -76,20 +78,21 @@ TEST_F(RunReport, ChartsEveryGroupOfSeriesAndTheConfiguration) {
   const std::string html = render_run_report(run);
   EXPECT_TRUE(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
   EXPECT_TRUE(html.ends_with("</body>\n</html>\n"));
-  // Loss, learning rate, gradient norm, throughput, MFU, memory, evaluation scores, and
-  // train/skipped_steps, which no rule names.
-  EXPECT_EQ(occurrences(html, "<svg"), 8);
+  // Loss, learning rate, gradient norm, throughput, MFU, memory, the per-category memory
+  // peaks, evaluation scores, and train/skipped_steps, which no rule names.
+  EXPECT_EQ(occurrences(html, "<svg"), 9);
   for (const char* title : {"Loss", "Learning rate", "Gradient norm", "Throughput",
-                            "Model FLOP utilisation", "memory", "Evaluation scores",
+                            "Model FLOP utilisation", "Memory", "mem_peak", "Evaluation scores",
                             "train/skipped_steps"}) {
     EXPECT_NE(html.find(fmt::format("<title>{}</title>", title)), std::string::npos) << title;
   }
-  // Series: train + validation loss, lr, grad norm, tokens/s, mfu, two memory kinds, two
-  // scores, skipped steps.
-  EXPECT_EQ(occurrences(html, "<polyline"), 11);
+  // Series: train + validation loss, lr, grad norm, tokens/s, mfu, memory held and peak, two
+  // category peaks, two scores, skipped steps.
+  EXPECT_EQ(occurrences(html, "<polyline"), 13);
+  EXPECT_NE(html.find(">peak so far</text>"), std::string::npos);
   EXPECT_NE(html.find(">activations</text>"), std::string::npos);
-  // Legends where a chart's title does not name its series: loss, memory, scores.
-  EXPECT_EQ(occurrences(html, "fill-opacity=\"0.85\""), 3);
+  // Legends where a chart's title does not name its series: loss, memory, memory peaks, scores.
+  EXPECT_EQ(occurrences(html, "fill-opacity=\"0.85\""), 4);
   EXPECT_NE(html.find(">hellaswag_acc_norm</text>"), std::string::npos);
   // Evaluations are sparse: a dot at each of their points (loss, two scores: 3 x 3), and the
   // 30-point train series get dots too (fewer than the marker limit).
@@ -103,6 +106,8 @@ TEST_F(RunReport, ChartsEveryGroupOfSeriesAndTheConfiguration) {
   EXPECT_EQ(occurrences(html, "class=\"changed\""), 1);
   EXPECT_NE(html.find("<h3>memory per rank (MiB)</h3>"), std::string::npos);
   EXPECT_NE(html.find("<td class=\"num\">2.0</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"num\">3.0</td>"), std::string::npos);  // total_peak
+  EXPECT_EQ(html.find("<th>peak</th>"), std::string::npos);  // the nested peaks are left out
 }
 
 TEST_F(RunReport, PageReferencesNothingOutsideItselfAndIsDeterministic) {

@@ -25,13 +25,7 @@ void check_host_tensor(const Tensor& t, const char* op, const char* what) {
 }  // namespace
 
 CpuBackend::CpuBackend(bool reference) : reference_(reference) {
-  if (!reference_) optimized_ = std::make_unique<cpu_opt::OptimizedOps>();
-}
-
-void* CpuBackend::allocate(size_t bytes) { return HostAllocator::instance().allocate(bytes); }
-
-void CpuBackend::deallocate(void* ptr, size_t bytes) {
-  HostAllocator::instance().deallocate(ptr, bytes);
+  if (!reference_) optimized_ = std::make_unique<cpu_opt::OptimizedOps>(*this);
 }
 
 void CpuBackend::copy_from_host(const Tensor& dst, const void* src) {
@@ -222,7 +216,7 @@ std::string describe_cpu_backend() {
   const CpuInfo& cpu = cpu_info();
   std::string mode;
   try {
-    const cpu_opt::OptimizedOps optimized;
+    const cpu_opt::OptimizedOps optimized(HostAllocator::instance());
     mode = fmt::format("optimized mode ({} GEMMs, {} kernels; kernel tables this CPU runs: {} "
                        "(ANVIL_CPU_ISA picks one); cpu-ref forces the reference loops)",
                        optimized.gemm_library(), optimized.isa_name(),

@@ -28,8 +28,6 @@ class CpuBackend final : public Backend {
   // Returns the optimized ops (null in reference mode).
   cpu_opt::OptimizedOps* optimized() const { return optimized_.get(); }
 
-  void* allocate(size_t bytes) override;
-  void deallocate(void* ptr, size_t bytes) override;
   Device device() const override { return Device{}; }
 
   void copy_from_host(const Tensor& dst, const void* src) override;
@@ -83,6 +81,11 @@ class CpuBackend final : public Backend {
                   const AdamWParams& params, const Tensor* param_copy) override;
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
+
+ protected:
+  // Host memory (the CPU's device memory), counted by Allocator.
+  void* do_allocate(size_t bytes) override { return allocate_host_memory(bytes); }
+  void do_deallocate(void* ptr, size_t) override { free_host_memory(ptr); }
 
  private:
   bool reference_;

@@ -50,13 +50,13 @@ struct CublasLtGemm::Plan {
   }
 };
 
-CublasLtGemm::CublasLtGemm(CachingAllocator& allocator) : allocator_(allocator) {
+CublasLtGemm::CublasLtGemm(Allocator& allocator) : allocator_(allocator) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
 CublasLtGemm::~CublasLtGemm() {
   plans_.clear();
-  if (workspace_) allocator_.deallocate(workspace_);
+  if (workspace_) allocator_.deallocate(workspace_, workspace_bytes_, MemoryCategory::workspace);
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -122,7 +122,7 @@ const CublasLtGemm::Plan& CublasLtGemm::plan_for(const PlanKey& key, const Tenso
 void CublasLtGemm::run(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
                        bool transpose_b, float alpha, float beta, cudaStream_t stream) {
   if (!workspace_) {
-    workspace_ = allocator_.allocate(kWorkspaceBytes);
+    workspace_ = allocator_.allocate(kWorkspaceBytes, MemoryCategory::workspace);
     workspace_bytes_ = kWorkspaceBytes;
   }
   const PlanKey key = {a.shape.rank(),

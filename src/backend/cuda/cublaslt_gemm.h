@@ -2,7 +2,7 @@
 // scaling (CUBLAS_COMPUTE_32F: no TF32, so f32 results match the CPU reference), C in bf16 or
 // f32 for bf16 operands and f32 for f32 operands. Each distinct problem (sizes, transposes,
 // batch strides, dtypes, pointer alignments) gets its descriptors and heuristic algorithm
-// once; later calls reuse them. The workspace comes from the backend's caching allocator.
+// once; later calls reuse them. The workspace comes from the backend (counted as workspace).
 #pragma once
 
 #include <cublasLt.h>
@@ -11,14 +11,15 @@
 #include <map>
 #include <memory>
 
-#include "backend/cuda/caching_allocator.h"
+#include "core/buffer.h"
 #include "core/tensor.h"
 
 namespace anvil::cuda {
 
 class CublasLtGemm {
  public:
-  explicit CublasLtGemm(CachingAllocator& allocator);
+  // Takes its workspace from `allocator` (the backend), which must outlive this object.
+  explicit CublasLtGemm(Allocator& allocator);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -35,7 +36,7 @@ class CublasLtGemm {
   const Plan& plan_for(const PlanKey& key, const Tensor& a, const Tensor& b, const Tensor& c,
                        bool transpose_a, bool transpose_b);
 
-  CachingAllocator& allocator_;
+  Allocator& allocator_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -46,8 +46,8 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
   stream_ = std::make_unique<cuda::CudaStream>();
   staging_ = std::make_unique<cuda::PinnedStaging>(kStagingChunkBytes);
   readback_ = std::make_unique<cuda::PinnedBuffer>(kReadbackBytes);
-  gemm_ = std::make_unique<cuda::CublasLtGemm>(*allocator_);
-  scalars_ = allocator_->allocate(kReadbackBytes);
+  gemm_ = std::make_unique<cuda::CublasLtGemm>(*this);
+  scalars_ = allocate(kReadbackBytes, MemoryCategory::workspace);
 }
 
 CudaBackend::~CudaBackend() {
@@ -57,13 +57,9 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
 }
 
-void* CudaBackend::allocate(size_t bytes) { return allocator_->allocate(bytes); }
+void* CudaBackend::do_allocate(size_t bytes) { return allocator_->allocate(bytes); }
 
-void CudaBackend::deallocate(void* ptr, size_t) { allocator_->deallocate(ptr); }
-
-int64_t CudaBackend::peak_device_bytes() const {
-  return static_cast<int64_t>(allocator_->stats().peak_bytes_in_use);
-}
+void CudaBackend::do_deallocate(void* ptr, size_t) { allocator_->deallocate(ptr); }
 
 void CudaBackend::copy_from_host(const Tensor& dst, const void* src) {
   cuda::check_tensor(dst, "copy_from_host", "dst",
@@ -166,17 +162,12 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool
   };
   if (a.dtype == DType::f32 && c.dtype == DType::bf16) {
     // cuBLASLt has no f32 x f32 -> bf16 GEMM: accumulate into f32 and round once.
-    void* staging = allocator_->allocate(static_cast<size_t>(c.numel()) * sizeof(float));
-    const Tensor c32(staging, DType::f32, c.shape, c.device);
-    try {
-      if (beta != 0.0f) cast(c, c32);
-      gemm(c32);
-      cast(c32, c);
-    } catch (...) {
-      allocator_->deallocate(staging);
-      throw;
-    }
-    allocator_->deallocate(staging);
+    const Buffer staging(*this, static_cast<size_t>(c.numel()) * sizeof(float),
+                         MemoryCategory::workspace);
+    const Tensor c32 = staging.as(DType::f32, c.shape);
+    if (beta != 0.0f) cast(c, c32);
+    gemm(c32);
+    cast(c32, c);
     return;
   }
   gemm(c);

@@ -30,12 +30,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   // Returns the allocator's counters (bytes in use, peak, cached, cudaMalloc calls).
   cuda::AllocatorStats memory_stats() const { return allocator_->stats(); }
-  int64_t peak_device_bytes() const override;
   // Returns the stream every op of this backend is queued on.
   cudaStream_t stream() const { return stream_->get(); }
 
-  void* allocate(size_t bytes) override;
-  void deallocate(void* ptr, size_t bytes) override;
   Device device() const override { return Device{DeviceType::cuda, device_index_}; }
 
   void copy_from_host(const Tensor& dst, const void* src) override;
@@ -90,9 +87,15 @@ class CudaBackend final : public Backend {
   double sum_squares(const Tensor& x) override;
   bool all_finite(const Tensor& x) override;
 
+ protected:
+  // Blocks of the caching allocator, counted by Allocator (the requested bytes; the cache's
+  // size-class rounding and the blocks it keeps are in memory_stats()).
+  void* do_allocate(size_t bytes) override;
+  void do_deallocate(void* ptr, size_t bytes) override;
+
  private:
   class DeviceMemory;
-  // Scratch device memory returned to the cache when it goes out of scope.
+  // Scratch device memory returned to the cache when it goes out of scope (workspace).
   class Scratch;
 
   // Returns (position, value) of the first index outside [0, limit) that is not ignore_index
@@ -114,7 +117,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::PinnedStaging> staging_;
   std::unique_ptr<cuda::PinnedBuffer> readback_;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
-  void* scalars_ = nullptr;  // small device scratch for index checks and reductions
+  // Small device scratch for index checks and reductions (workspace, held for good).
+  void* scalars_ = nullptr;
+  // RoPE inverse frequencies per (head_dim, params), cached for good (workspace).
   std::map<std::pair<int64_t, std::string>, void*> rope_frequencies_;
 };
 

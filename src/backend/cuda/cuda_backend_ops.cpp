@@ -1,6 +1,6 @@
 // CudaBackend's ops other than matmul: host-side checks (the CPU reference's messages), then
 // one launcher from cuda_ops.h, or the attention kernels of attention.h. Scratch memory comes
-// from the caching allocator and is released right after the launch: the stream orders its
+// from the backend's counted allocate() (workspace) and is released right after the launch: the stream orders its
 // reuse after the kernel that used it.
 #include <cmath>
 
@@ -27,16 +27,12 @@ constexpr int64_t kAnyIndex = int64_t{1} << 32;
 
 class CudaBackend::Scratch {
  public:
-  Scratch(cuda::CachingAllocator& allocator, size_t bytes)
-      : allocator_(allocator), data_(allocator.allocate(bytes)) {}
-  ~Scratch() { allocator_.deallocate(data_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* data() const { return data_; }
+  Scratch(CudaBackend& backend, size_t bytes)
+      : buffer_(backend, bytes, MemoryCategory::workspace) {}
+  void* data() const { return buffer_.data(); }
 
  private:
-  cuda::CachingAllocator& allocator_;
-  void* data_;
+  Buffer buffer_;
 };
 
 void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& o) {
@@ -125,7 +121,7 @@ void CudaBackend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Te
   check_tensor(dx, "rmsnorm_backward", "dx", kActivationDtypes, Shape{N, C});
   check_tensor(dweight, "rmsnorm_backward", "dweight", {DType::f32}, Shape{C});
   if (N == 0 || C == 0) return;
-  const Scratch scratch(*allocator_, cuda::rmsnorm_backward_scratch_bytes(N, C));
+  const Scratch scratch(*this, cuda::rmsnorm_backward_scratch_bytes(N, C));
   cuda::launch_rmsnorm_backward(in(dout), in(x), in(weight), rstd.f32(), out(dx), dweight.f32(),
                                 N, C, scratch.data(), stream());
   CUDA_CHECK_LAUNCH("rmsnorm_backward");
@@ -139,7 +135,7 @@ const float* CudaBackend::rope_frequencies(int64_t head_dim, const RopeParams& p
   if (found != rope_frequencies_.end()) return static_cast<const float*>(found->second);
   const std::vector<float> inv_freq = cpu_ref::rope_inv_freq(head_dim, params);
   const size_t bytes = inv_freq.size() * sizeof(float);
-  void* device = allocator_->allocate(bytes);
+  void* device = allocate(bytes, MemoryCategory::workspace);
   staging_->to_device(device, inv_freq.data(), bytes, stream());
   rope_frequencies_.emplace(std::make_pair(head_dim, key), device);
   return static_cast<const float*>(device);
@@ -195,7 +191,7 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
   check_tensor(lse, op, "lse", {DType::f32});
   if (params.doc_ids) check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32});
   const size_t workspace_bytes = cuda_attention_backward_workspace(q, k);
-  const Scratch workspace(*allocator_, workspace_bytes);
+  const Scratch workspace(*this, workspace_bytes);
   cuda_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, params, workspace.data(),
                                 stream());
   CUDA_CHECK_LAUNCH("attention_backward");
@@ -374,7 +370,7 @@ void CudaBackend::dropout(const Tensor& x, const Tensor& o, float p, uint64_t se
 double CudaBackend::sum_squares(const Tensor& x) {
   check_tensor(x, "sum_squares", "x", kFloatDtypes);
   if (x.numel() == 0) return 0.0;
-  const Scratch partials(*allocator_,
+  const Scratch partials(*this,
                          static_cast<size_t>(cuda::sum_squares_scratch_count()) * sizeof(double));
   auto* result = static_cast<double*>(scalars_);
   cuda::launch_sum_squares(in(x), x.numel(), static_cast<double*>(partials.data()), result,

@@ -50,7 +50,7 @@ class MpiCommunicator final : public Communicator {
     if (count == 0) return;
     const CollectiveScope scope("all_reduce");
     if (runs_as_ordered_sum(op, t.dtype)) {
-      start_ordered_all_reduce(t, ordered_comm_, next_tag(), "all_reduce")->wait();
+      start_ordered_all_reduce(t, ordered_comm_, next_tag(), "all_reduce", staging())->wait();
       return;
     }
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, count, datatype_of(t.dtype),
@@ -63,7 +63,9 @@ class MpiCommunicator final : public Communicator {
     if (count == 0) return;
     const CollectiveScope scope("reduce_scatter");
     if (runs_as_ordered_sum(op, in.dtype)) {
-      start_ordered_reduce_scatter(in, out, ordered_comm_, next_tag(), "reduce_scatter")->wait();
+      start_ordered_reduce_scatter(in, out, ordered_comm_, next_tag(), "reduce_scatter",
+                                   staging())
+          ->wait();
       return;
     }
     MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, count, datatype_of(in.dtype),
@@ -122,7 +124,8 @@ class MpiCommunicator final : public Communicator {
     const int count = check_all_reduce(t);
     if (count == 0) return make_completed_handle();
     if (runs_as_ordered_sum(op, t.dtype))
-      return start_ordered_all_reduce(t, ordered_comm_, next_tag(), "all_reduce_async");
+      return start_ordered_all_reduce(t, ordered_comm_, next_tag(), "all_reduce_async",
+                                      staging());
     MPI_Request request;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data, count, datatype_of(t.dtype),
                              op_for(op, t.dtype), comm_, &request));
@@ -136,7 +139,7 @@ class MpiCommunicator final : public Communicator {
     if (count == 0) return make_completed_handle();
     if (runs_as_ordered_sum(op, in.dtype))
       return start_ordered_reduce_scatter(in, out, ordered_comm_, next_tag(),
-                                          "reduce_scatter_async");
+                                          "reduce_scatter_async", staging());
     MPI_Request request;
     MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, count, datatype_of(in.dtype),
                                         op_for(op, in.dtype), comm_, &request));
@@ -173,7 +176,11 @@ class MpiCommunicator final : public Communicator {
     return make_recv_handle(request, expected, type, peer);
   }
 
+  void set_staging_allocator(Allocator* allocator) override { staging_ = allocator; }
+
  private:
+  Allocator& staging() const { return staging_ ? *staging_ : HostAllocator::instance(); }
+
   int check_all_reduce(const Tensor& t) const {
     check_host_tensor(t, "all_reduce tensor");
     return count_of(t, "all_reduce tensor");
@@ -195,6 +202,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   int max_tag_ = 32767;  // the least MPI_TAG_UB the standard allows
   int next_tag_ = 0;
+  Allocator* staging_ = nullptr;  // the ordered sums' staging; null: HostAllocator
 };
 
 }  // namespace

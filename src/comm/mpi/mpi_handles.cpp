@@ -134,12 +134,13 @@ void advance_pending_rounds() {
 
 class OrderedAllReduce final : public RoundsHandle {
  public:
-  OrderedAllReduce(const Tensor& t, MPI_Comm comm, int tag, const char* name)
+  OrderedAllReduce(const Tensor& t, MPI_Comm comm, int tag, const char* name, Allocator& staging)
       : RoundsHandle(t.dtype, comm, tag, name), tensor_(t) {
     const int64_t total = t.numel();
     for (int r = 0; r <= size_; ++r) chunk_begin_.push_back(chunk_begin(total, size_, r));
     const int64_t mine = chunk_count(rank_);
-    contributions_.resize(static_cast<size_t>(mine * size_) * dtype_size(dtype_));
+    contributions_ = Buffer(staging, static_cast<size_t>(mine * size_) * dtype_size(dtype_),
+                            MemoryCategory::communication);
     // Round 1: chunk r of every rank's tensor goes to rank r. Every rank computes the same
     // chunk sizes, so both ends of an empty message skip it.
     for (int r = 0; r < size_; ++r) {
@@ -163,7 +164,7 @@ class OrderedAllReduce final : public RoundsHandle {
     // Round 2: this rank's summed chunk goes to every rank, every other chunk comes in. It
     // reuses round 1's tag: MPI never lets a sender's later message overtake an earlier one
     // with the same tag, so each receive matches the round it was posted for.
-    sum_in_rank_order(contributions_.data(), size_, chunk_count(rank_), dtype_, chunk(rank_));
+    sum_in_rank_order(contributions(), size_, chunk_count(rank_), dtype_, chunk(rank_));
     summed_ = true;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
@@ -178,27 +179,30 @@ class OrderedAllReduce final : public RoundsHandle {
   char* chunk(int r) const {
     return static_cast<char*>(tensor_.data) + chunk_begin_[r] * static_cast<int64_t>(element());
   }
-  char* contribution(int r) {
-    return contributions_.data() + r * chunk_count(rank_) * static_cast<int64_t>(element());
+  char* contributions() const { return static_cast<char*>(contributions_.data()); }
+  char* contribution(int r) const {
+    return contributions() + r * chunk_count(rank_) * static_cast<int64_t>(element());
   }
 
   Tensor tensor_;
   std::vector<int64_t> chunk_begin_;
-  std::vector<char> contributions_;  // [rank][this rank's chunk]
+  Buffer contributions_;  // [rank][this rank's chunk]
   bool summed_ = false;
 };
 
 class OrderedReduceScatter final : public RoundsHandle {
  public:
   OrderedReduceScatter(const Tensor& in, const Tensor& out, MPI_Comm comm, int tag,
-                       const char* name)
+                       const char* name, Allocator& staging)
       : RoundsHandle(in.dtype, comm, tag, name), out_(out) {
     const int count = static_cast<int>(out.numel());
     const size_t slice_bytes = out.nbytes();
-    contributions_.resize(slice_bytes * static_cast<size_t>(size_));
+    contributions_ = Buffer(staging, slice_bytes * static_cast<size_t>(size_),
+                            MemoryCategory::communication);
+    char* contributions = static_cast<char*>(contributions_.data());
     const char* input = static_cast<const char*>(in.data);
     for (int r = 0; r < size_; ++r) {
-      char* from_r = contributions_.data() + slice_bytes * static_cast<size_t>(r);
+      char* from_r = contributions + slice_bytes * static_cast<size_t>(r);
       const char* slice_r = input + slice_bytes * static_cast<size_t>(r);
       if (r == rank_) {
         std::memcpy(from_r, slice_r, slice_bytes);
@@ -217,7 +221,7 @@ class OrderedReduceScatter final : public RoundsHandle {
   }
 
   Tensor out_;
-  std::vector<char> contributions_;  // [rank][slice]
+  Buffer contributions_;  // [rank][slice]
 };
 
 }  // namespace
@@ -232,14 +236,14 @@ std::unique_ptr<CommHandle> make_recv_handle(MPI_Request request, int expected, 
 }
 
 std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag,
-                                                     const char* name) {
-  return std::make_unique<OrderedAllReduce>(t, comm, tag, name);
+                                                     const char* name, Allocator& staging) {
+  return std::make_unique<OrderedAllReduce>(t, comm, tag, name, staging);
 }
 
 std::unique_ptr<CommHandle> start_ordered_reduce_scatter(const Tensor& in, const Tensor& out,
                                                          MPI_Comm comm, int tag,
-                                                         const char* name) {
-  return std::make_unique<OrderedReduceScatter>(in, out, comm, tag, name);
+                                                         const char* name, Allocator& staging) {
+  return std::make_unique<OrderedReduceScatter>(in, out, comm, tag, name, staging);
 }
 
 }  // namespace anvil::mpi

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "comm/mpi/mpi_runtime.h"
+#include "core/buffer.h"
 
 namespace anvil::mpi {
 
@@ -21,13 +22,14 @@ std::unique_ptr<CommHandle> make_recv_handle(MPI_Request request, int expected, 
 // Starts the deterministic all_reduce of `t` in place over `comm`: each rank receives every
 // rank's copy of one chunk, sums it in rank order, then sends the sum to every rank. `tag`
 // must be the same on every rank and unique among this communicator's pending operations;
-// `name` as above.
+// `name` as above. The received copies (size x one chunk) are staged in a buffer from
+// `staging`, counted as communication, until the handle is destroyed.
 std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag,
-                                                     const char* name);
+                                                     const char* name, Allocator& staging);
 // Starts the deterministic reduce_scatter: rank r receives every rank's slice r of `in` and
-// writes their rank-order sum into `out`. `tag` and `name` as above.
+// writes their rank-order sum into `out`. `tag`, `name` and `staging` (size slices) as above.
 std::unique_ptr<CommHandle> start_ordered_reduce_scatter(const Tensor& in, const Tensor& out,
                                                          MPI_Comm comm, int tag,
-                                                         const char* name);
+                                                         const char* name, Allocator& staging);
 
 }  // namespace anvil::mpi

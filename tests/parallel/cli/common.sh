@@ -38,9 +38,12 @@ run_logged() {
   "$@" > "$log" 2>&1 || fail "exit status $? from: $*" "$log"
 }
 
-# Prints a run's metrics.jsonl without the wall-clock fields (tokens_per_s, mfu, elapsed_s).
+# Prints a run's metrics.jsonl without the wall-clock fields (tokens_per_s, mfu, elapsed_s)
+# and the measured memory (mem_bytes, mem_peak_bytes, mem_peak), which depends on the mesh and
+# on what the process did before (a resumed run differs).
 deterministic_metrics() {
-  sed -E 's/,"(tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+//g' "$1/metrics.jsonl"
+  sed -E -e 's/,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+//g' \
+    -e 's/,"mem_peak":\{[^}]*\}//g' "$1/metrics.jsonl"
 }
 
 # Fails unless two runs wrote identical deterministic metrics.

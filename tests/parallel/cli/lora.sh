@@ -66,9 +66,10 @@ lora_run fsdp4_bf16 4 1 4 $BF16 --parallel.zero_stage=3
 same_metrics one_bf16 fsdp4_bf16
 expect "$WORK/fsdp4_bf16.log" "frozen *w:fsdp" "the bf16 report shows the base split over fsdp"
 
-# frozen_bytes <run>: rank 0's frozen bytes in the run's sharding.json.
+# frozen_bytes <run>: rank 0's frozen bytes in the run's sharding.json (its current bytes come
+# before its "peak" object, which repeats the key).
 frozen_bytes() {
-  sed -n 's/^ *"frozen": \([0-9]*\),*$/\1/p' "$WORK/$1/sharding.json" | head -n 1
+  sed -n 's/^ *"frozen_weights": \([0-9]*\),*$/\1/p' "$WORK/$1/sharding.json" | head -n 1
 }
 full=$(frozen_bytes one)
 part=$(frozen_bytes fsdp4)

@@ -11,6 +11,8 @@ namespace anvil {
 namespace {
 
 using ptest::Curve;
+using ptest::describe_memory;
+using ptest::expected_setup_memory;
 using ptest::Harness;
 using ptest::RunSpec;
 
@@ -97,18 +99,46 @@ TEST(DistributedMemory, StageThreeHoldsAboutOneNthOfTheModelState) {
   Harness replicated(world, spec);
   spec.zero_stage = 3;
   Harness sharded(world, spec);
-  const MemoryReport full = replicated.engine().memory();
-  const MemoryReport part = sharded.engine().memory();
-  const int64_t state_full = full.weights + full.gradients + full.optimizer;
-  const int64_t state_part = part.weights + part.gradients + part.optimizer;
+  const MemorySnapshot full = replicated.engine().memory();
+  const MemorySnapshot part = sharded.engine().memory();
+  auto state = [](const MemorySnapshot& m) {
+    return m.current_of(MemoryCategory::trainable_weights) +
+           m.current_of(MemoryCategory::gradients) + m.current_of(MemoryCategory::optimizer_state);
+  };
   // Shards are padded to world * 16 elements per group, so allow that much on top of 1/N.
   const int64_t padding = 16 * 4 * world.size() * 4 * sharded.engine().plan().group_count();
-  EXPECT_LE(state_part, state_full / world.size() + padding);
-  EXPECT_GE(state_part, state_full / world.size());
+  EXPECT_LE(state(part), state(full) / world.size() + padding);
+  EXPECT_GE(state(part), state(full) / world.size());
   const ShardingReport report = sharding_report(sharded.engine());
   ASSERT_EQ(report.json["memory_per_rank"].size(), static_cast<size_t>(world.size()));
-  EXPECT_EQ(report.json["memory_per_rank"][world.rank()]["optimizer"].get<int64_t>(),
-            part.optimizer);
+  EXPECT_EQ(report.json["memory_per_rank"][world.rank()]["optimizer_state"].get<int64_t>(),
+            part.current_of(MemoryCategory::optimizer_state));
+}
+
+// Every rank's measured bytes after setup equal what the parameter shapes give (stage 0 and
+// stage 3), and a step's collectives stage their messages in memory counted as communication
+// that is released when the step ends.
+TEST(DistributedMemory, MeasuredMemoryEqualsTheBytesOfTheParameterShapes) {
+  Communicator& world = anvil::world();
+  for (const int stage : {0, 3}) {
+    RunSpec spec;
+    spec.zero_stage = stage;
+    Harness harness(world, spec);
+    const MemorySnapshot setup = harness.engine().memory();
+    const MemoryByCategory expected =
+        expected_setup_memory(spec, harness.model(), world.size(), world.rank());
+    EXPECT_EQ(setup.current, expected)
+        << "stage " << stage << ", rank " << world.rank() << ": measured "
+        << describe_memory(setup.current) << "; expected " << describe_memory(expected);
+    harness.engine().init_weights(spec.seed);
+    harness.step(0);
+    const MemorySnapshot after = harness.engine().memory();
+    const int64_t comm = setup.current_of(MemoryCategory::communication);
+    EXPECT_EQ(after.current_of(MemoryCategory::communication), comm) << "stage " << stage;
+    // The ordered sums (stage 0: all-reduce, stage 3: reduce-scatter) staged the other
+    // ranks' copies on top of the slots.
+    EXPECT_GT(after.peak_of(MemoryCategory::communication), comm) << "stage " << stage;
+  }
 }
 
 }  // namespace

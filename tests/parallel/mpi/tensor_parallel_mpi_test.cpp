@@ -332,7 +332,8 @@ TEST(VocabParallelCrossEntropy, EqualsTheFullCrossEntropy) {
     std::copy_n(logits.data() + n * kVocab + rank * shard, shard, mine.data() + n * shard);
   VocabParallelScratch scratch;
   Arena arena;
-  arena.build(*backend, [&](Arena& a) { scratch.carve(a, kRows, tp); });
+  arena.build(*backend, MemoryCategory::activations,
+              [&](Arena& a) { scratch.carve(a, kRows, tp); });
   BlockContext ctx;
   ctx.backend = backend.get();
   ctx.tp = mesh.tensor_parallel();

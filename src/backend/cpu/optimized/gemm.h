@@ -6,7 +6,8 @@
 // gemm driver, which mallocs its packing buffers on every call. Transposes and batches are
 // strides, never copies. bf16 operands accumulate in f32; where a library has no bf16 kernel
 // for the CPU, they are widened to f32 into buffers owned here (grown, never shrunk) and the
-// f32 product runs instead, with the same results.
+// f32 product runs instead, with the same results. Those buffers and oneDNN's scratchpad come
+// from the backend's allocator, counted as workspace.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +33,9 @@ struct MatmulShape {
 
 class Gemm {
  public:
-  // `kernels` converts bf16 operands on the widened path.
-  explicit Gemm(const Kernels& kernels) : kernels_(kernels) {}
+  // `kernels` converts bf16 operands on the widened path; `scratch` (the backend) provides
+  // the widened copies and any library scratchpad.
+  Gemm(const Kernels& kernels, Allocator& scratch) : kernels_(kernels), scratch_(scratch) {}
   virtual ~Gemm() = default;
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -47,17 +49,20 @@ class Gemm {
   // Returns whether run_native multiplies these dtypes itself (f32 operands always).
   virtual bool native(const MatmulShape& shape) = 0;
   virtual void run_native(const MatmulShape& shape, const void* a, const void* b, void* c) = 0;
+  // Returns the allocator of scratch memory (counted as the backend's workspace).
+  Allocator& scratch_allocator() const { return scratch_; }
 
  private:
   const Kernels& kernels_;
+  Allocator& scratch_;
   // f32 copies of bf16 operands (a, b, c) on the widened path.
   Buffer widened_a_, widened_b_, widened_c_;
   std::mutex mutex_;
 };
 
 // Returns the GEMM that goes with a kernel table: oneDNN for "avx512", OpenBLAS otherwise.
-std::unique_ptr<Gemm> make_gemm(const Kernels& kernels);
-std::unique_ptr<Gemm> make_onednn_gemm(const Kernels& kernels);
-std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels);
+std::unique_ptr<Gemm> make_gemm(const Kernels& kernels, Allocator& scratch);
+std::unique_ptr<Gemm> make_onednn_gemm(const Kernels& kernels, Allocator& scratch);
+std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels, Allocator& scratch);
 
 }  // namespace anvil::cpu_opt

@@ -78,7 +78,7 @@ dnnl::memory::desc operand_desc(bool rank3, int64_t batches, int64_t rows, int64
 
 class OneDnnGemm final : public Gemm {
  public:
-  explicit OneDnnGemm(const Kernels& kernels) : Gemm(kernels) {}
+  OneDnnGemm(const Kernels& kernels, Allocator& scratch) : Gemm(kernels, scratch) {}
 
   std::string library() const override {
     const dnnl_version_t* v = dnnl_version();
@@ -149,8 +149,10 @@ class OneDnnGemm final : public Gemm {
                   "({}, {}) x ({}, {}): {}", s.M, s.K, s.K, s.N, e.what());
       entry.usable = false;
     }
-    if (entry.scratchpad_bytes > scratchpad_.bytes())
-      scratchpad_ = Buffer(HostAllocator::instance(), entry.scratchpad_bytes);
+    if (entry.scratchpad_bytes > scratchpad_.bytes()) {
+      scratchpad_.reset();
+      scratchpad_ = Buffer(scratch_allocator(), entry.scratchpad_bytes, MemoryCategory::workspace);
+    }
     return cache_.emplace(key, std::move(entry)).first->second;
   }
 
@@ -162,8 +164,8 @@ class OneDnnGemm final : public Gemm {
 
 }  // namespace
 
-std::unique_ptr<Gemm> make_onednn_gemm(const Kernels& kernels) {
-  return std::make_unique<OneDnnGemm>(kernels);
+std::unique_ptr<Gemm> make_onednn_gemm(const Kernels& kernels, Allocator& scratch) {
+  return std::make_unique<OneDnnGemm>(kernels, scratch);
 }
 
 }  // namespace anvil::cpu_opt

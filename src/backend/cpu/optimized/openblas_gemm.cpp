@@ -26,7 +26,9 @@ constexpr int64_t kMinSliceWork = int64_t{1} << 18;
 
 class OpenBlasGemm final : public Gemm {
  public:
-  explicit OpenBlasGemm(const Kernels& kernels) : Gemm(kernels) { openblas_set_num_threads(1); }
+  OpenBlasGemm(const Kernels& kernels, Allocator& scratch) : Gemm(kernels, scratch) {
+    openblas_set_num_threads(1);
+  }
 
   std::string library() const override {
     // openblas_get_config() reads "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Zen MAX_THREADS=64".
@@ -96,8 +98,8 @@ class OpenBlasGemm final : public Gemm {
 
 }  // namespace
 
-std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels) {
-  return std::make_unique<OpenBlasGemm>(kernels);
+std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels, Allocator& scratch) {
+  return std::make_unique<OpenBlasGemm>(kernels, scratch);
 }
 
 }  // namespace anvil::cpu_opt

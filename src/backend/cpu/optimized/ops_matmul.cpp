@@ -15,7 +15,10 @@ using cpu_ref::check_tensor;
 // The GEMM library follows the kernel table, so ANVIL_CPU_ISA=avx2 on an AVX-512 machine runs
 // what an AVX2-only machine runs (OpenBLAS, bf16 widened to f32). The bf16 attention kernels
 // need the AVX-512 table on a CPU with AVX512-BF16.
-OptimizedOps::OptimizedOps() : kernels_(select_kernels()), gemm_(make_gemm(kernels_)) {
+OptimizedOps::OptimizedOps(Allocator& scratch)
+    : scratch_allocator_(scratch),
+      kernels_(select_kernels()),
+      gemm_(make_gemm(kernels_, scratch)) {
 #if defined(__x86_64__)
   if (std::strcmp(kernels_.isa_name, "avx512") == 0 && cpu_info().avx512_bf16)
     bf16_attention_ = &avx512_bf16_attention_kernels();
@@ -24,7 +27,10 @@ OptimizedOps::OptimizedOps() : kernels_(select_kernels()), gemm_(make_gemm(kerne
 
 float* OptimizedOps::scratch(Buffer& buffer, int64_t floats) {
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-  if (bytes > buffer.bytes()) buffer = Buffer(HostAllocator::instance(), bytes);
+  if (bytes > buffer.bytes()) {
+    buffer.reset();  // released before the bigger one is taken: never both at once
+    buffer = Buffer(scratch_allocator_, bytes, MemoryCategory::workspace);
+  }
   return static_cast<float*>(buffer.data());
 }
 

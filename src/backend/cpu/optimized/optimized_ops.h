@@ -5,7 +5,8 @@
 // (isa.h). Cases the kernels do not cover (f16 storage, mixed dtypes within SwiGLU, positions
 // beyond the RoPE table, empty matrices) run the reference loops, which define the same
 // results. Scratch (attention tiles, rmsnorm weight-gradient partials, cross-entropy rows) is
-// owned here and only grows, so a steady training step allocates nothing. Not thread-safe:
+// owned here and only grows, so a steady training step allocates nothing; it comes from the
+// backend's allocator, counted as workspace. Not thread-safe:
 // one caller at a time.
 #pragma once
 
@@ -29,8 +30,9 @@ inline constexpr std::initializer_list<DType> kActivationDtypes = {DType::f32, D
 
 class OptimizedOps {
  public:
-  // Selects the kernel table (ANVIL_CPU_ISA or the CPU's best) and its GEMM library.
-  OptimizedOps();
+  // Selects the kernel table (ANVIL_CPU_ISA or the CPU's best) and its GEMM library; scratch
+  // comes from `scratch` (the backend, which outlives this object).
+  explicit OptimizedOps(Allocator& scratch);
 
   // Returns the name of the kernel table in use ("avx512", "avx2" or "generic").
   const char* isa_name() const { return kernels_.isa_name; }
@@ -83,12 +85,13 @@ class OptimizedOps {
 
  private:
   // Returns at least `floats` floats of scratch in `buffer`, growing it when needed.
-  static float* scratch(Buffer& buffer, int64_t floats);
+  float* scratch(Buffer& buffer, int64_t floats);
   // Runs the embedding scatter-add split by columns across threads.
   void scatter_rows(const EmbeddingBackwardArgs& args);
   void rotate(const char* op, const Tensor& in, const Tensor& out, const Tensor& positions,
               const RopeParams& params, float sin_sign);
 
+  Allocator& scratch_allocator_;
   const Kernels& kernels_;
   // Non-null when the AVX-512 table runs on a CPU with AVX512-BF16.
   const Bf16AttentionKernels* bf16_attention_ = nullptr;
