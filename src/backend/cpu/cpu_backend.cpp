@@ -234,4 +234,11 @@ std::string describe_cpu_backend() {
                      cpu.feature_list());
 }
 
+void register_cpu_backends(BackendRegistry& registry) {
+  registry.add({"cpu", describe_cpu_backend, [] { return make_cpu_backend(false); }});
+  // The reference loops have no line of their own: the cpu line names them.
+  registry.add({"cpu-ref", [] { return std::string("cpu-ref: the reference loops of cpu"); },
+                [] { return make_cpu_backend(true); }});
+}
+
 }  // namespace anvil

@@ -204,4 +204,8 @@ std::string describe_cuda_backend() {
                      cublasLtGetVersion());
 }
 
+void register_cuda_backend(BackendRegistry& registry) {
+  registry.add({"cuda", describe_cuda_backend, make_cuda_backend});
+}
+
 }  // namespace anvil
