@@ -1,7 +1,6 @@
 // OptimizedOps: the "cpu" backend's op implementations. GEMMs go to oneDNN or OpenBLAS,
-// whichever goes with the kernel table (gemm.h); every
-// other op validates its arguments exactly like the reference (same "[op] ..." messages),
-// splits rows across OpenMP threads and runs the SIMD kernel table chosen for this CPU
+// whichever goes with the kernel table (gemm.h); every other op (its arguments checked by
+// Backend; ids and targets here, with the reference's messages) splits rows across OpenMP threads and runs the SIMD kernel table chosen for this CPU
 // (isa.h). Cases the kernels do not cover (f16 storage, mixed dtypes within SwiGLU, positions
 // beyond the RoPE table, empty matrices) run the reference loops, which define the same
 // results. Scratch (attention tiles, rmsnorm weight-gradient partials, cross-entropy rows) is
@@ -79,7 +78,7 @@ class OptimizedOps {
   static float* scratch(Buffer& buffer, int64_t floats);
   // Runs the embedding scatter-add split by columns across threads.
   void scatter_rows(const EmbeddingBackwardArgs& args);
-  void rotate(const char* op, const Tensor& in, const Tensor& out, const Tensor& positions,
+  void rotate(const Tensor& in, const Tensor& out, const Tensor& positions,
               const RopeParams& params, float sin_sign);
 
   const Kernels& kernels_;
