@@ -46,6 +46,7 @@ std::string backend_choices();
 // The registration function of each backend library (one per library; see
 // backend/builtin/builtin_backends.cpp for why these are explicit calls).
 void register_cpu_backends(BackendRegistry& registry);
+void register_sim_backend(BackendRegistry& registry);
 void register_cuda_backend(BackendRegistry& registry);
 
 // Factories and descriptions the registrations wrap, callable directly by tests.

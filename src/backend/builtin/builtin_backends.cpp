@@ -14,6 +14,7 @@ const BackendRegistry& backend_registry() {
   static const BackendRegistry registry = [] {
     BackendRegistry r;
     register_cpu_backends(r);
+    register_sim_backend(r);
     register_cuda_backend(r);  // the no_cuda stub registers an unbuilt entry
     return r;
   }();
