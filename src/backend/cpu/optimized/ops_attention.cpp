@@ -19,8 +19,6 @@
 namespace anvil::cpu_opt {
 namespace {
 
-using cpu_ref::kActivationDtypes;
-
 // Returns the kernels' view of a call Backend has checked.
 AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, const AttentionParams& params) {

@@ -12,9 +12,6 @@
 namespace anvil::cpu_opt {
 namespace {
 
-using cpu_ref::kActivationDtypes;
-using cpu_ref::kFloatDtypes;
-
 // Elements per thread below which splitting costs more than it saves.
 constexpr int64_t kElementGrain = 16384;
 

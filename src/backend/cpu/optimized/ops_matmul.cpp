@@ -10,8 +10,6 @@
 
 namespace anvil::cpu_opt {
 
-using cpu_ref::kActivationDtypes;
-
 // The GEMM library follows the kernel table, so ANVIL_CPU_ISA=avx2 on an AVX-512 machine runs
 // what an AVX2-only machine runs (OpenBLAS, bf16 widened to f32). The bf16 attention kernels
 // need the AVX-512 table on a CPU with AVX512-BF16.

@@ -16,8 +16,6 @@
 namespace anvil::cpu_opt {
 namespace {
 
-using cpu_ref::kActivationDtypes;
-
 // Rows per chunk such that a chunk holds at least ~16k elements.
 int64_t row_grain(int64_t row_length) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_length));

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <vector>
 
 #include "core/tensor.h"
@@ -23,11 +22,5 @@ std::vector<float> read_floats(const Tensor& t);
 void write_floats(const Tensor& t, int64_t offset, int64_t count, const float* values);
 // Stores one value per element of t.
 void write_floats(const Tensor& t, const std::vector<float>& values);
-
-// The activation dtypes every op accepts.
-inline constexpr std::initializer_list<DType> kActivationDtypes = {DType::f32, DType::bf16};
-// The float storage dtypes that elementwise ops, casts and reductions accept.
-inline constexpr std::initializer_list<DType> kFloatDtypes = {DType::f32, DType::bf16,
-                                                              DType::f16};
 
 }  // namespace anvil::cpu_ref
