@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "cli/command.h"
 #include "cli/model_source.h"
 #include "core/error.h"
@@ -181,7 +182,7 @@ int run_eval(const std::vector<std::string>& args) {
                  "windows per forward pass (with --task: sequences, default 8)")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print a JSON summary as the last line");
-  app.add_option("--backend", o.backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  app.add_option("--backend", o.backend, backend_choices())->capture_default_str();
   ThreadOption threads;
   threads.add_to(app);
   if (!parse_args(app, args)) return 0;

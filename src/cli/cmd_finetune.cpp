@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "backend/registry.h"
 #include "cli/command.h"
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -95,7 +96,7 @@ int run_finetune(const std::vector<std::string>& raw_args) {
   app.add_option("--resume", request.resume,
                  "auto: continue from the newest valid checkpoint; never; or a checkpoint folder")
       ->capture_default_str();
-  app.add_option("--backend", backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  app.add_option("--backend", backend, backend_choices())->capture_default_str();
   bool dry_run = false;
   app.add_flag("--dry-run", dry_run,
                "prepare the data, build the model and the parallel engine, print the sharding "

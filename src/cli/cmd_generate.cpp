@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "cli/command.h"
 #include "cli/generate_chat.h"
 #include "cli/model_source.h"
@@ -106,7 +107,7 @@ int run_generate(const std::vector<std::string>& args) {
   app.add_option("--top-p", o.sampling.top_p, "nucleus sampling mass")->capture_default_str();
   app.add_option("--seed", o.sampling.seed, "sampling seed")->capture_default_str();
   app.add_flag("--greedy", o.greedy, "always pick the most likely token");
-  app.add_option("--backend", o.backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  app.add_option("--backend", o.backend, backend_choices())->capture_default_str();
   app.add_option("--adapter", o.adapter_dir,
                  "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors, "
                  "from anvil or peft) applied to the model");

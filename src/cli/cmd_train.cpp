@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "backend/registry.h"
 #include "cli/command.h"
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -81,7 +82,7 @@ int run_train(const std::vector<std::string>& raw_args) {
                  "auto: continue from the newest valid checkpoint of the run directory; never; "
                  "or a checkpoint folder")
       ->capture_default_str();
-  app.add_option("--backend", backend, "cpu, cpu-ref or cuda")->capture_default_str();
+  app.add_option("--backend", backend, backend_choices())->capture_default_str();
   bool dry_run = false;
   app.add_flag("--dry-run", dry_run,
                "build the model, the parallel engine and the data, print the sharding and "

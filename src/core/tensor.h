@@ -12,7 +12,8 @@
 
 namespace anvil {
 
-enum class DeviceType : uint8_t { cpu, cuda };
+// sim: the simulated device (backend/sim), whose memory the host cannot touch.
+enum class DeviceType : uint8_t { cpu, cuda, sim };
 
 struct Device {
   DeviceType type = DeviceType::cpu;

@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "comm/staging_communicator.h"
 #include "comm/watchdog.h"
 #include "core/divergence_error.h"
 #include "core/error.h"
@@ -215,6 +216,9 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   TrainingData data_;
   LlamaConfig llama_;
+  // The world the mesh splits: world_ itself for host tensors, or world_ staged through the
+  // backend when its tensors live where the host collective library cannot read them.
+  std::unique_ptr<Communicator> device_world_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallelEngine> engine_;
@@ -298,7 +302,9 @@ Trainer::Trainer(const TrainRunOptions& options)
   parallel.sequence_parallel = config_.parallel.sequence_parallel;
   parallel.zero_stage = static_cast<int>(config_.parallel.zero_stage);
   parallel.offload = config_.parallel.offload;
-  mesh_ = std::make_unique<DeviceMesh>(world_, parallel);
+  if (!backend_->device().is_cpu())
+    device_world_ = std::make_unique<StagingCommunicator>(world_, *backend_);
+  mesh_ = std::make_unique<DeviceMesh>(device_world_ ? *device_world_ : world_, parallel);
   model_ = std::make_unique<LlamaModel>(
       llama_, *backend_, DataParallelEngine::model_options(model_options, *mesh_));
   EngineOptions engine_options;

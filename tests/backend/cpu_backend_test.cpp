@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "backend/cpu/reference/reference_ops.h"
 #include "core/cpu_info.h"
 #include "core/error.h"
@@ -25,9 +26,15 @@ TEST(Registry, NamesAndDescriptions) {
     make_backend("tpu");
     FAIL() << "unknown backend accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cpu, cpu-ref or cuda"), std::string::npos) << e.what();
+    // The message lists exactly what the registry holds.
+    EXPECT_NE(std::string(e.what()).find("(choose " + backend_choices() + ")"), std::string::npos)
+        << e.what();
+    for (const std::string& name : names)
+      EXPECT_NE(backend_choices().find(name), std::string::npos) << backend_choices();
   }
-  const std::string cpu = describe_backends().at(0);
+  const std::vector<std::string> lines = describe_backends();
+  EXPECT_EQ(lines.size(), backend_registry().entries().size());
+  const std::string cpu = lines.at(0);
   std::printf("[backend] %s\n", cpu.c_str());
   EXPECT_EQ(cpu.rfind("cpu: ", 0), 0u) << cpu;
   EXPECT_NE(cpu.find(cpu_info().model_name), std::string::npos) << cpu;
@@ -75,6 +82,19 @@ TEST(CpuBackend, MemorySnapshotCountsEveryAllocationByCategory) {
   EXPECT_EQ(s.current_of(MemoryCategory::communication), 0);
   EXPECT_EQ(s.peak_of(MemoryCategory::communication), 1 << 20);
   EXPECT_EQ(s.total_peak, 1 << 20);
+}
+
+TEST(Registry, RejectsDuplicatesAndOffersOnlyBuiltEntries) {
+  BackendRegistry registry;
+  registry.add({"a", [] { return std::string("a: test"); }, [] { return make_cpu_backend(true); }});
+  registry.add({"b", [] { return std::string("b: not built"); },
+                []() -> std::unique_ptr<Backend> { ANVIL_FAIL("[b] not built"); }, false});
+  EXPECT_THROW(registry.add({"a", [] { return std::string(); }, [] { return make_cpu_backend(true); }}),
+               Error);
+  EXPECT_EQ(registry.built_names(), std::vector<std::string>{"a"});
+  ASSERT_NE(registry.find("b"), nullptr);
+  EXPECT_THROW(registry.find("b")->create(), Error);
+  EXPECT_EQ(registry.find("c"), nullptr);
 }
 
 TEST(CpuBackend, MemoryIsAlignedAndCopiesRoundTrip) {

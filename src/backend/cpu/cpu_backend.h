@@ -19,7 +19,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return reference_ ? "cpu-ref" : "cpu"; }
   // The reference loops read and write f16 like any float dtype; the optimized kernels have
-  // no f16 paths (cpu_opt::kActivationDtypes).
+  // no f16 paths (their SIMD loads and oneDNN GEMMs take f32 and bf16 only).
   bool supports_compute_dtype(DType dtype) const override {
     return Backend::supports_compute_dtype(dtype) || (reference_ && dtype == DType::f16);
   }
@@ -30,57 +30,62 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device{}; }
 
-  void copy_from_host(const Tensor& dst, const void* src) override;
-  void copy_to_host(void* dst, const Tensor& src) override;
-  void copy(const Tensor& dst, const Tensor& src) override;
-  void fill_zero(const Tensor& t) override;
   void synchronize() override {}
 
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
-              bool transpose_b, float alpha, float beta) override;
-  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
-  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
-  void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out,
-                               int64_t begin) override;
-  void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
-                                int64_t begin) override;
-  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
-                       const Tensor& rstd, float eps) override;
-  void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
-  void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
-                    const RopeParams& params) override;
-  void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
-                     const RopeParams& params) override;
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, const AttentionParams& params) override;
-  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv,
-                          const AttentionParams& params) override;
-  void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
-                       const Tensor& part_lse) override;
-  void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
-  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                       const Tensor& dgate, const Tensor& dup) override;
-  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void scale(const Tensor& x, float alpha) override;
-  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
-  void cast(const Tensor& src, const Tensor& dst) override;
-  void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
-  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
-                     int ignore_index, const Tensor& losses, const Tensor* dlogits,
-                     float grad_scale) override;
-  void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, int ignore_index,
-                                 int64_t begin, const Tensor& stats) override;
-  void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
-                                    const Tensor* loss_mask, int ignore_index, int64_t begin,
-                                    const Tensor& lse, const Tensor& dlogits,
-                                    float grad_scale) override;
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWParams& params, const Tensor* param_copy) override;
-  double sum_squares(const Tensor& x) override;
-  bool all_finite(const Tensor& x) override;
+ protected:
+  void copy_from_host_kernel(const Tensor& dst, const void* src) override;
+  void copy_to_host_kernel(void* dst, const Tensor& src) override;
+  void copy_kernel(const Tensor& dst, const Tensor& src) override;
+  void fill_zero_kernel(const Tensor& t) override;
+  void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+                     bool transpose_b, float alpha, float beta) override;
+  void embedding_forward_kernel(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void embedding_backward_kernel(const Tensor& ids, const Tensor& dout,
+                                 const Tensor& dtable) override;
+  void embedding_shard_forward_kernel(const Tensor& ids, const Tensor& table, const Tensor& out,
+                                      int64_t begin) override;
+  void embedding_shard_backward_kernel(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                                       int64_t begin) override;
+  void rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& out,
+                              const Tensor& rstd, float eps) override;
+  void rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd, const Tensor& dx,
+                               const Tensor& dweight) override;
+  void rope_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& positions,
+                           const RopeParams& params) override;
+  void rope_backward_kernel(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                            const RopeParams& params) override;
+  void attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& out, const Tensor& lse,
+                                const AttentionParams& params) override;
+  void attention_backward_kernel(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& out, const Tensor& lse,
+                                 const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const AttentionParams& params) override;
+  void attention_merge_kernel(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                              const Tensor& part_lse) override;
+  void swiglu_forward_kernel(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_backward_kernel(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                              const Tensor& dgate, const Tensor& dup) override;
+  void add_kernel(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void scale_kernel(const Tensor& x, float alpha) override;
+  void axpy_kernel(float alpha, const Tensor& x, const Tensor& y) override;
+  void cast_kernel(const Tensor& src, const Tensor& dst) override;
+  void dropout_kernel(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
+  void cross_entropy_kernel(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
+                            int ignore_index, const Tensor& losses, const Tensor* dlogits,
+                            float grad_scale) override;
+  void cross_entropy_shard_stats_kernel(const Tensor& logits, const Tensor& targets,
+                                        int ignore_index, int64_t begin,
+                                        const Tensor& stats) override;
+  void cross_entropy_shard_backward_kernel(const Tensor& logits, const Tensor& targets,
+                                           const Tensor* loss_mask, int ignore_index, int64_t begin,
+                                           const Tensor& lse, const Tensor& dlogits,
+                                           float grad_scale) override;
+  void adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                         const AdamWParams& params, const Tensor* param_copy) override;
+  double sum_squares_kernel(const Tensor& x) override;
+  bool all_finite_kernel(const Tensor& x) override;
 
  protected:
   // Host memory (the CPU's device memory), counted by Allocator.

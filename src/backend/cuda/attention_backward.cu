@@ -194,11 +194,11 @@ void cuda_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& 
                              cudaStream_t stream) {
   using namespace cuda_attention;
   const char* op = "attention_backward";
-  const Geometry g = check_attention_args(op, q, k, v, out, lse, params);
-  const DeviceFloats dout_f = device_floats(dout, op, "dout", q.shape);
-  const DeviceFloats dq_f = device_floats(dq, op, "dq", q.shape);
-  const DeviceFloats dk_f = device_floats(dk, op, "dk", k.shape);
-  const DeviceFloats dv_f = device_floats(dv, op, "dv", v.shape);
+  const Geometry g = check_attention_args(op, q, k, params);
+  const DeviceFloats dout_f = device_floats(dout);
+  const DeviceFloats dq_f = device_floats(dq);
+  const DeviceFloats dk_f = device_floats(dk);
+  const DeviceFloats dv_f = device_floats(dv);
   if (g.B == 0 || g.Tk == 0 || g.Hkv == 0) return;  // nothing to write
   ANVIL_CHECK(workspace != nullptr || g.Tq == 0,
               "[{}] needs a workspace of {} bytes (cuda_attention_backward_workspace)", op,
@@ -213,14 +213,14 @@ void cuda_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& 
     const int64_t blocks = (rows * 32 + kDeltaThreads - 1) / kDeltaThreads;
     ANVIL_CHECK(blocks <= 0x7fffffff, "[{}] too many query rows ({})", op, rows);
     attention_delta_kernel<<<static_cast<unsigned>(blocks), kDeltaThreads, 0, stream>>>(
-        g, dout_f, device_floats(out, op, "out", q.shape), delta);
+        g, dout_f, device_floats(out), delta);
     CUDA_CHECK_LAUNCH("attention_delta_kernel");
     CUDA_CHECK(cudaMemsetAsync(
         dq_accum, 0, static_cast<size_t>(q_elements) * sizeof(float), stream));
   }
-  const DeviceFloats qf = device_floats(q, op, "q", q.shape);
-  const DeviceFloats kf = device_floats(k, op, "k", k.shape);
-  const DeviceFloats vf = device_floats(v, op, "v", v.shape);
+  const DeviceFloats qf = device_floats(q);
+  const DeviceFloats kf = device_floats(k);
+  const DeviceFloats vf = device_floats(v);
   if (g.D <= 64) {
     launch_backward<64>(g, dout_f, qf, kf, vf, lse.f32(), delta, dq_accum, dk_f, dv_f, stream);
   } else {

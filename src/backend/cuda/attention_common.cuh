@@ -137,12 +137,11 @@ __host__ __device__ inline Range query_rows_seeing(const Geometry& g, int first_
   return Range{pos_begin - g.q_offset, pos_end - g.q_offset};
 }
 
-// Checks shapes, dtypes and parameters as the CPU reference does and returns the geometry
-// (scale resolved). `op` names the operation in messages.
-Geometry check_attention_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& out, const Tensor& lse,
+// Checks the CUDA kernels' size limits (Backend has checked shapes, dtypes and parameters)
+// and returns the geometry (scale resolved). `op` names the operation in messages.
+Geometry check_attention_args(const char* op, const Tensor& q, const Tensor& k,
                               const AttentionParams& params);
-// Checks that t is an f32 or bf16 tensor of the given shape and returns its kernel view.
-DeviceFloats device_floats(const Tensor& t, const char* op, const char* what, const Shape& shape);
+// Returns the kernel view of an f32 or bf16 tensor.
+DeviceFloats device_floats(const Tensor& t);
 
 }  // namespace anvil::cuda_attention

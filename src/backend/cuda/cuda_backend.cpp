@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "backend/cuda/cuda_arg_checks.h"
+#include "backend/cuda/cuda_arrays.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/registry.h"
@@ -61,37 +61,26 @@ void* CudaBackend::do_allocate(size_t bytes) { return allocator_->allocate(bytes
 
 void CudaBackend::do_deallocate(void* ptr, size_t) { allocator_->deallocate(ptr); }
 
-void CudaBackend::copy_from_host(const Tensor& dst, const void* src) {
-  cuda::check_tensor(dst, "copy_from_host", "dst",
-                     {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
+void CudaBackend::copy_from_host_kernel(const Tensor& dst, const void* src) {
   TraceSpan span("copy to device", "copy");
   span.arg("bytes", dst.nbytes());
-  if (dst.nbytes() > 0) staging_->to_device(dst.data, src, dst.nbytes(), stream());
+  staging_->to_device(dst.data, src, dst.nbytes(), stream());
 }
 
-void CudaBackend::copy_to_host(void* dst, const Tensor& src) {
-  cuda::check_tensor(src, "copy_to_host", "src",
-                     {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
+void CudaBackend::copy_to_host_kernel(void* dst, const Tensor& src) {
   TraceSpan span("copy to host", "copy");
   span.arg("bytes", src.nbytes());
-  if (src.nbytes() > 0) staging_->to_host(dst, src.data, src.nbytes(), stream());
+  staging_->to_host(dst, src.data, src.nbytes(), stream());
 }
 
-void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
-  const auto any = {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16};
-  cuda::check_tensor(dst, "copy", "dst", any);
-  cuda::check_tensor(src, "copy", "src", any);
-  ANVIL_CHECK(dst.nbytes() == src.nbytes(), "[copy] dst has {} bytes but src has {}",
-              dst.nbytes(), src.nbytes());
+void CudaBackend::copy_kernel(const Tensor& dst, const Tensor& src) {
   if (dst.nbytes() > 0)
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDeviceToDevice,
                                stream()));
 }
 
-void CudaBackend::fill_zero(const Tensor& t) {
-  cuda::check_tensor(t, "fill_zero", "tensor",
-                     {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u32, DType::u16});
-  if (t.nbytes() > 0) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream()));
+void CudaBackend::fill_zero_kernel(const Tensor& t) {
+  CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream()));
 }
 
 void CudaBackend::synchronize() { stream_->synchronize(); }
@@ -118,33 +107,11 @@ std::pair<int64_t, int32_t> CudaBackend::find_bad_index(const Tensor& indices, i
   return {position, value};
 }
 
-void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
-                         bool transpose_b, float alpha, float beta) {
-  cuda::check_tensor(a, "matmul", "a", cuda::kActivationDtypes);
-  cuda::check_tensor(b, "matmul", "b", cuda::kActivationDtypes);
-  cuda::check_tensor(c, "matmul", "c", cuda::kActivationDtypes);
-  ANVIL_CHECK(a.dtype == b.dtype, "[matmul] a is {} but b is {}; they must share a dtype",
-              dtype_name(a.dtype), dtype_name(b.dtype));
+void CudaBackend::matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+                                bool transpose_b, float alpha, float beta) {
   const int rank = a.shape.rank();
-  ANVIL_CHECK(rank == 2 || rank == 3, "[matmul] a must have rank 2 or 3, got shape {}",
-              a.shape.str());
-  ANVIL_CHECK(b.shape.rank() == 2 || b.shape.rank() == rank,
-              "[matmul] b must have rank 2 or the rank of a ({}), got shape {}", rank,
-              b.shape.str());
   const int64_t batches = rank == 3 ? a.shape[0] : 1;
-  if (b.shape.rank() == 3)
-    ANVIL_CHECK(b.shape[0] == batches, "[matmul] a has {} batches but b has {}", batches,
-                b.shape[0]);
-  const int64_t M = transpose_a ? a.shape.back(0) : a.shape.back(1);
   const int64_t K = transpose_a ? a.shape.back(1) : a.shape.back(0);
-  const int64_t K_b = transpose_b ? b.shape.back(0) : b.shape.back(1);
-  const int64_t N = transpose_b ? b.shape.back(1) : b.shape.back(0);
-  ANVIL_CHECK(K == K_b,
-              "[matmul] inner dimensions differ: op(a) is ({}, {}) and op(b) is ({}, {})", M, K,
-              K_b, N);
-  const Shape c_shape = rank == 3 ? Shape{batches, M, N} : Shape{M, N};
-  ANVIL_CHECK(c.shape == c_shape, "[matmul] c has shape {}, expected {}", c.shape.str(),
-              c_shape.str());
   ANVIL_CHECK(batches <= INT32_MAX, "[matmul] {} batches exceed cuBLASLt's limit", batches);
   if (c.numel() == 0) return;
   if (K == 0) {  // empty sum: c = beta * c, and c is not read when beta == 0 (as in BLAS)
@@ -193,6 +160,10 @@ std::string describe_cuda_backend() {
                      static_cast<double>(props.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0),
                      props.multiProcessorCount, runtime / 1000, (runtime % 1000) / 10,
                      cublasLtGetVersion());
+}
+
+void register_cuda_backend(BackendRegistry& registry) {
+  registry.add({"cuda", describe_cuda_backend, make_cuda_backend});
 }
 
 }  // namespace anvil

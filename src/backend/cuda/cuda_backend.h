@@ -35,57 +35,63 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device{DeviceType::cuda, device_index_}; }
 
-  void copy_from_host(const Tensor& dst, const void* src) override;
-  void copy_to_host(void* dst, const Tensor& src) override;
-  void copy(const Tensor& dst, const Tensor& src) override;
-  void fill_zero(const Tensor& t) override;
   void synchronize() override;
 
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
-              bool transpose_b, float alpha, float beta) override;
-  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
-  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
-  void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out,
-                               int64_t begin) override;
-  void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
-                                int64_t begin) override;
-  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
-                       const Tensor& rstd, float eps) override;
-  void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
-  void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
-                    const RopeParams& params) override;
-  void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
-                     const RopeParams& params) override;
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, const AttentionParams& params) override;
-  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv,
-                          const AttentionParams& params) override;
-  void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
-                       const Tensor& part_lse) override;
-  void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
-  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                       const Tensor& dgate, const Tensor& dup) override;
-  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void scale(const Tensor& x, float alpha) override;
-  void axpy(float alpha, const Tensor& x, const Tensor& y) override;
-  void cast(const Tensor& src, const Tensor& dst) override;
-  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
-                     int ignore_index, const Tensor& losses, const Tensor* dlogits,
-                     float grad_scale) override;
-  void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, int ignore_index,
-                                 int64_t begin, const Tensor& stats) override;
-  void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
-                                    const Tensor* loss_mask, int ignore_index, int64_t begin,
-                                    const Tensor& lse, const Tensor& dlogits,
-                                    float grad_scale) override;
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWParams& params, const Tensor* param_copy) override;
-  void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
-  double sum_squares(const Tensor& x) override;
-  bool all_finite(const Tensor& x) override;
+ protected:
+  void copy_from_host_kernel(const Tensor& dst, const void* src) override;
+  void copy_to_host_kernel(void* dst, const Tensor& src) override;
+  void copy_kernel(const Tensor& dst, const Tensor& src) override;
+  void fill_zero_kernel(const Tensor& t) override;
+
+  void matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
+                     bool transpose_b, float alpha, float beta) override;
+  void embedding_forward_kernel(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void embedding_backward_kernel(const Tensor& ids, const Tensor& dout,
+                                 const Tensor& dtable) override;
+  void embedding_shard_forward_kernel(const Tensor& ids, const Tensor& table, const Tensor& out,
+                                      int64_t begin) override;
+  void embedding_shard_backward_kernel(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                                       int64_t begin) override;
+  void rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& out,
+                              const Tensor& rstd, float eps) override;
+  void rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd, const Tensor& dx,
+                               const Tensor& dweight) override;
+  void rope_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& positions,
+                           const RopeParams& params) override;
+  void rope_backward_kernel(const Tensor& dout, const Tensor& dx, const Tensor& positions,
+                            const RopeParams& params) override;
+  void attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& out, const Tensor& lse,
+                                const AttentionParams& params) override;
+  void attention_backward_kernel(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor& out, const Tensor& lse,
+                                 const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const AttentionParams& params) override;
+  void attention_merge_kernel(const Tensor& out, const Tensor& lse, const Tensor& part_out,
+                              const Tensor& part_lse) override;
+  void swiglu_forward_kernel(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void swiglu_backward_kernel(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                              const Tensor& dgate, const Tensor& dup) override;
+  void add_kernel(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void scale_kernel(const Tensor& x, float alpha) override;
+  void axpy_kernel(float alpha, const Tensor& x, const Tensor& y) override;
+  void cast_kernel(const Tensor& src, const Tensor& dst) override;
+  void cross_entropy_kernel(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
+                            int ignore_index, const Tensor& losses, const Tensor* dlogits,
+                            float grad_scale) override;
+  void cross_entropy_shard_stats_kernel(const Tensor& logits, const Tensor& targets,
+                                        int ignore_index, int64_t begin,
+                                        const Tensor& stats) override;
+  void cross_entropy_shard_backward_kernel(const Tensor& logits, const Tensor& targets,
+                                           const Tensor* loss_mask, int ignore_index, int64_t begin,
+                                           const Tensor& lse, const Tensor& dlogits,
+                                           float grad_scale) override;
+  void adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                         const AdamWParams& params, const Tensor* param_copy) override;
+  void dropout_kernel(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
+  double sum_squares_kernel(const Tensor& x) override;
+  bool all_finite_kernel(const Tensor& x) override;
 
  protected:
   // Blocks of the caching allocator, counted by Allocator (the requested bytes; the cache's
@@ -106,9 +112,8 @@ class CudaBackend final : public Backend {
   const float* rope_frequencies(int64_t head_dim, const RopeParams& params);
   // Copies `bytes` of device memory at `src` into host `dst` after the queued work.
   void read_back(void* dst, const void* src, size_t bytes);
-  void rope(const char* op, const Tensor& in, const char* in_name, const Tensor& out,
-            const char* out_name, const Tensor& positions, const RopeParams& params,
-            float direction);
+  void rope(const char* op, const Tensor& in, const Tensor& out, const Tensor& positions,
+            const RopeParams& params, float direction);
 
   int device_index_ = 0;
   std::unique_ptr<DeviceMemory> device_memory_;

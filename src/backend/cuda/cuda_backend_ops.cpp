@@ -6,19 +6,14 @@
 
 #include "backend/cpu/reference/reference_ops.h"
 #include "backend/cuda/attention.h"
-#include "backend/tensor_checks.h"
-#include "backend/cuda/cuda_arg_checks.h"
+#include "backend/cuda/cuda_arrays.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 
 namespace anvil {
 
-using cuda::check_rank;
-using cuda::check_tensor;
 using cuda::in;
-using cuda::kActivationDtypes;
-using cuda::kFloatDtypes;
 using cuda::out;
 
 // An index limit no i32 reaches: the shard ops reject negative indices only, since ids and
@@ -35,13 +30,9 @@ class CudaBackend::Scratch {
   Buffer buffer_;
 };
 
-void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& o) {
-  check_tensor(ids, "embedding", "ids", {DType::i32});
-  check_rank(ids, "embedding", "ids", 1);
-  check_tensor(table, "embedding", "table", kActivationDtypes);
-  check_rank(table, "embedding", "table", 2);
+void CudaBackend::embedding_forward_kernel(const Tensor& ids, const Tensor& table,
+                                           const Tensor& o) {
   const int64_t N = ids.shape[0], V = table.shape[0], C = table.shape[1];
-  check_tensor(o, "embedding", "out", kActivationDtypes, Shape{N, C});
   const auto [position, id] = find_bad_index(ids, V, false, 0);
   ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
               position);
@@ -49,14 +40,9 @@ void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& table, cons
   CUDA_CHECK_LAUNCH("embedding_forward");
 }
 
-void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
-                                     const Tensor& dtable) {
-  check_tensor(ids, "embedding_backward", "ids", {DType::i32});
-  check_rank(ids, "embedding_backward", "ids", 1);
-  check_tensor(dtable, "embedding_backward", "dtable", {DType::f32});
-  check_rank(dtable, "embedding_backward", "dtable", 2);
+void CudaBackend::embedding_backward_kernel(const Tensor& ids, const Tensor& dout,
+                                            const Tensor& dtable) {
   const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
-  check_tensor(dout, "embedding_backward", "dout", kActivationDtypes, Shape{N, C});
   const auto [position, id] = find_bad_index(ids, V, false, 0);
   ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
               position);
@@ -64,62 +50,37 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
   CUDA_CHECK_LAUNCH("embedding_backward");
 }
 
-void CudaBackend::embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& o,
-                                          int64_t begin) {
+void CudaBackend::embedding_shard_forward_kernel(const Tensor& ids, const Tensor& table,
+                                                 const Tensor& o, int64_t begin) {
   const char* op = "embedding_shard";
-  check_tensor(ids, op, "ids", {DType::i32});
-  check_rank(ids, op, "ids", 1);
-  check_tensor(table, op, "table", kActivationDtypes);
-  check_rank(table, op, "table", 2);
   const int64_t N = ids.shape[0], Vs = table.shape[0], C = table.shape[1];
-  check_tensor(o, op, "out", kActivationDtypes, Shape{N, C});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   const auto [position, id] = find_bad_index(ids, kAnyIndex, false, 0);
   ANVIL_CHECK(position < 0, "[{}] token id {} is negative at position {}", op, id, position);
   cuda::launch_embedding_forward(ids.i32(), N, in(table), begin, Vs, C, out(o), stream());
   CUDA_CHECK_LAUNCH("embedding_shard_forward");
 }
 
-void CudaBackend::embedding_shard_backward(const Tensor& ids, const Tensor& dout,
-                                           const Tensor& dtable, int64_t begin) {
+void CudaBackend::embedding_shard_backward_kernel(const Tensor& ids, const Tensor& dout,
+                                                  const Tensor& dtable, int64_t begin) {
   const char* op = "embedding_shard_backward";
-  check_tensor(ids, op, "ids", {DType::i32});
-  check_rank(ids, op, "ids", 1);
-  check_tensor(dtable, op, "dtable", {DType::f32});
-  check_rank(dtable, op, "dtable", 2);
   const int64_t N = ids.shape[0], Vs = dtable.shape[0], C = dtable.shape[1];
-  check_tensor(dout, op, "dout", kActivationDtypes, Shape{N, C});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   const auto [position, id] = find_bad_index(ids, kAnyIndex, false, 0);
   ANVIL_CHECK(position < 0, "[{}] token id {} is negative at position {}", op, id, position);
   cuda::launch_embedding_backward(ids.i32(), N, in(dout), C, begin, Vs, dtable.f32(), stream());
   CUDA_CHECK_LAUNCH("embedding_shard_backward");
 }
 
-void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& o,
-                                  const Tensor& rstd, float eps) {
-  check_tensor(x, "rmsnorm", "x", kActivationDtypes);
-  check_rank(x, "rmsnorm", "x", 2);
+void CudaBackend::rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& o,
+                                         const Tensor& rstd, float eps) {
   const int64_t N = x.shape[0], C = x.shape[1];
-  check_tensor(weight, "rmsnorm", "weight", kActivationDtypes, Shape{C});
-  check_tensor(o, "rmsnorm", "out", kActivationDtypes, Shape{N, C});
-  check_tensor(rstd, "rmsnorm", "rstd", {DType::f32}, Shape{N});
-  ANVIL_CHECK(C > 0, "[rmsnorm] rows must not be empty");
   cuda::launch_rmsnorm_forward(in(x), in(weight), out(o), rstd.f32(), N, C, eps, stream());
   CUDA_CHECK_LAUNCH("rmsnorm_forward");
 }
 
-void CudaBackend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                   const Tensor& rstd, const Tensor& dx,
-                                   const Tensor& dweight) {
-  check_tensor(x, "rmsnorm_backward", "x", kActivationDtypes);
-  check_rank(x, "rmsnorm_backward", "x", 2);
+void CudaBackend::rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                          const Tensor& rstd, const Tensor& dx,
+                                          const Tensor& dweight) {
   const int64_t N = x.shape[0], C = x.shape[1];
-  check_tensor(dout, "rmsnorm_backward", "dout", kActivationDtypes, Shape{N, C});
-  check_tensor(weight, "rmsnorm_backward", "weight", kActivationDtypes, Shape{C});
-  check_tensor(rstd, "rmsnorm_backward", "rstd", {DType::f32}, Shape{N});
-  check_tensor(dx, "rmsnorm_backward", "dx", kActivationDtypes, Shape{N, C});
-  check_tensor(dweight, "rmsnorm_backward", "dweight", {DType::f32}, Shape{C});
   if (N == 0 || C == 0) return;
   const Scratch scratch(*this, cuda::rmsnorm_backward_scratch_bytes(N, C));
   cuda::launch_rmsnorm_backward(in(dout), in(x), in(weight), rstd.f32(), out(dx), dweight.f32(),
@@ -141,15 +102,9 @@ const float* CudaBackend::rope_frequencies(int64_t head_dim, const RopeParams& p
   return static_cast<const float*>(device);
 }
 
-void CudaBackend::rope(const char* op, const Tensor& x, const char* in_name, const Tensor& o,
-                       const char* out_name, const Tensor& positions, const RopeParams& params,
-                       float direction) {
-  check_tensor(x, op, in_name, kActivationDtypes);
-  check_rank(x, op, in_name, 4);
-  check_tensor(o, op, out_name, kActivationDtypes, x.shape);
-  check_tensor(positions, op, "positions", {DType::i32}, Shape{x.shape[0], x.shape[1]});
+void CudaBackend::rope(const char* op, const Tensor& x, const Tensor& o, const Tensor& positions,
+                       const RopeParams& params, float direction) {
   const int64_t D = x.shape[3];
-  ANVIL_CHECK(D % 2 == 0, "[{}] head_dim must be even, got {}", op, D);
   if (x.numel() == 0) return;
   const float* inv_freq = rope_frequencies(D, params);
   cuda::launch_rope(in(x), out(o), positions.i32(), inv_freq, x.shape[0] * x.shape[1],
@@ -157,39 +112,27 @@ void CudaBackend::rope(const char* op, const Tensor& x, const char* in_name, con
   CUDA_CHECK_LAUNCH(op);
 }
 
-void CudaBackend::rope_forward(const Tensor& x, const Tensor& o, const Tensor& positions,
-                               const RopeParams& params) {
-  rope("rope", x, "x", o, "out", positions, params, 1.0f);
+void CudaBackend::rope_forward_kernel(const Tensor& x, const Tensor& o, const Tensor& positions,
+                                      const RopeParams& params) {
+  rope("rope", x, o, positions, params, 1.0f);
 }
 
-void CudaBackend::rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
-                                const RopeParams& params) {
-  rope("rope_backward", dout, "dout", dx, "dx", positions, params, -1.0f);
+void CudaBackend::rope_backward_kernel(const Tensor& dout, const Tensor& dx,
+                                       const Tensor& positions, const RopeParams& params) {
+  rope("rope_backward", dout, dx, positions, params, -1.0f);
 }
 
-void CudaBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& o, const Tensor& lse,
-                                    const AttentionParams& params) {
-  check_tensor(q, "attention", "q", kActivationDtypes);
-  check_tensor(k, "attention", "k", kActivationDtypes);
-  check_tensor(v, "attention", "v", kActivationDtypes);
-  check_tensor(o, "attention", "out", kActivationDtypes);
-  check_tensor(lse, "attention", "lse", {DType::f32});
-  if (params.doc_ids) check_tensor(*params.doc_ids, "attention", "doc_ids", {DType::i32});
+void CudaBackend::attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& o, const Tensor& lse,
+                                           const AttentionParams& params) {
   cuda_attention_forward(q, k, v, o, lse, params, stream());
   CUDA_CHECK_LAUNCH("attention_forward");
 }
 
-void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                     const Tensor& v, const Tensor& o, const Tensor& lse,
-                                     const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                     const AttentionParams& params) {
-  const char* op = "attention_backward";
-  for (const auto& [t, name] : {std::pair{&dout, "dout"}, {&q, "q"}, {&k, "k"}, {&v, "v"},
-                                {&o, "out"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
-    check_tensor(*t, op, name, kActivationDtypes);
-  check_tensor(lse, op, "lse", {DType::f32});
-  if (params.doc_ids) check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32});
+void CudaBackend::attention_backward_kernel(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, const Tensor& o, const Tensor& lse,
+                                            const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                            const AttentionParams& params) {
   const size_t workspace_bytes = cuda_attention_backward_workspace(q, k);
   const Scratch workspace(*this, workspace_bytes);
   cuda_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, params, workspace.data(),
@@ -197,77 +140,51 @@ void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const 
   CUDA_CHECK_LAUNCH("attention_backward");
 }
 
-void CudaBackend::attention_merge(const Tensor& o, const Tensor& lse, const Tensor& part_out,
-                                  const Tensor& part_lse) {
-  check_attention_merge_args(DeviceType::cuda, "CUDA", o, lse, part_out, part_lse);
+void CudaBackend::attention_merge_kernel(const Tensor& o, const Tensor& lse, const Tensor& part_out,
+                                         const Tensor& part_lse) {
   const int64_t B = o.shape[0], Tq = o.shape[1], Hq = o.shape[2], D = o.shape[3];
   cuda::launch_attention_merge(out(o), lse.f32(), in(part_out), part_lse.f32(), B, Tq, Hq, D,
                                stream());
   CUDA_CHECK_LAUNCH("attention_merge");
 }
 
-void CudaBackend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& o) {
-  check_tensor(gate, "swiglu", "gate", kActivationDtypes);
-  check_rank(gate, "swiglu", "gate", 2);
-  check_tensor(up, "swiglu", "up", kActivationDtypes, gate.shape);
-  check_tensor(o, "swiglu", "out", kActivationDtypes, gate.shape);
+void CudaBackend::swiglu_forward_kernel(const Tensor& gate, const Tensor& up, const Tensor& o) {
   cuda::launch_swiglu_forward(in(gate), in(up), out(o), gate.numel(), stream());
   CUDA_CHECK_LAUNCH("swiglu_forward");
 }
 
-void CudaBackend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                                  const Tensor& dgate, const Tensor& dup) {
-  const char* op = "swiglu_backward";
-  check_tensor(gate, op, "gate", kActivationDtypes);
-  check_rank(gate, op, "gate", 2);
-  check_tensor(up, op, "up", kActivationDtypes, gate.shape);
-  check_tensor(dout, op, "dout", kActivationDtypes, gate.shape);
-  check_tensor(dgate, op, "dgate", kActivationDtypes, gate.shape);
-  check_tensor(dup, op, "dup", kActivationDtypes, gate.shape);
+void CudaBackend::swiglu_backward_kernel(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                                         const Tensor& dgate, const Tensor& dup) {
   cuda::launch_swiglu_backward(in(dout), in(gate), in(up), out(dgate), out(dup), gate.numel(),
                                stream());
   CUDA_CHECK_LAUNCH("swiglu_backward");
 }
 
-void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& o) {
-  check_tensor(a, "add", "a", kFloatDtypes);
-  check_tensor(b, "add", "b", kFloatDtypes, a.shape);
-  check_tensor(o, "add", "out", kFloatDtypes, a.shape);
+void CudaBackend::add_kernel(const Tensor& a, const Tensor& b, const Tensor& o) {
   cuda::launch_add(in(a), in(b), out(o), a.numel(), stream());
   CUDA_CHECK_LAUNCH("add");
 }
 
-void CudaBackend::scale(const Tensor& x, float alpha) {
-  check_tensor(x, "scale", "x", kFloatDtypes);
+void CudaBackend::scale_kernel(const Tensor& x, float alpha) {
   cuda::launch_scale(out(x), alpha, x.numel(), stream());
   CUDA_CHECK_LAUNCH("scale");
 }
 
-void CudaBackend::axpy(float alpha, const Tensor& x, const Tensor& y) {
-  check_tensor(x, "axpy", "x", kFloatDtypes);
-  check_tensor(y, "axpy", "y", kFloatDtypes, x.shape);
+void CudaBackend::axpy_kernel(float alpha, const Tensor& x, const Tensor& y) {
   cuda::launch_axpy(alpha, in(x), out(y), x.numel(), stream());
   CUDA_CHECK_LAUNCH("axpy");
 }
 
-void CudaBackend::cast(const Tensor& src, const Tensor& dst) {
-  check_tensor(src, "cast", "src", kFloatDtypes);
-  check_tensor(dst, "cast", "dst", kFloatDtypes, src.shape);
+void CudaBackend::cast_kernel(const Tensor& src, const Tensor& dst) {
   cuda::launch_cast(in(src), out(dst), src.numel(), stream());
   CUDA_CHECK_LAUNCH("cast");
 }
 
-void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
-                                const Tensor* loss_mask, int ignore_index, const Tensor& losses,
-                                const Tensor* dlogits, float grad_scale) {
-  const char* op = "cross_entropy";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
+void CudaBackend::cross_entropy_kernel(const Tensor& logits, const Tensor& targets,
+                                       const Tensor* loss_mask, int ignore_index,
+                                       const Tensor& losses, const Tensor* dlogits,
+                                       float grad_scale) {
   const int64_t N = logits.shape[0], V = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
-  check_tensor(losses, op, "losses", {DType::f32}, Shape{N});
-  if (dlogits) check_tensor(*dlogits, op, "dlogits", kActivationDtypes, logits.shape);
   const auto [row, target] = find_bad_index(targets, V, true, ignore_index);
   ANVIL_CHECK(row < 0,
               "[cross_entropy] target {} out of range [0, {}) at row {} (ignore_index is {})",
@@ -279,16 +196,11 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
   CUDA_CHECK_LAUNCH("cross_entropy");
 }
 
-void CudaBackend::cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets,
-                                            int ignore_index, int64_t begin,
-                                            const Tensor& stats) {
+void CudaBackend::cross_entropy_shard_stats_kernel(const Tensor& logits, const Tensor& targets,
+                                                   int ignore_index, int64_t begin,
+                                                   const Tensor& stats) {
   const char* op = "cross_entropy_shard_stats";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  check_tensor(stats, op, "stats", {DType::f32}, Shape{N, 3});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   const auto [row, target] = find_bad_index(targets, kAnyIndex, true, ignore_index);
   ANVIL_CHECK(row < 0, "[{}] target {} is negative at row {} (ignore_index is {})", op, target,
               row, ignore_index);
@@ -297,19 +209,12 @@ void CudaBackend::cross_entropy_shard_stats(const Tensor& logits, const Tensor& 
   CUDA_CHECK_LAUNCH("cross_entropy_shard_stats");
 }
 
-void CudaBackend::cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
-                                               const Tensor* loss_mask, int ignore_index,
-                                               int64_t begin, const Tensor& lse,
-                                               const Tensor& dlogits, float grad_scale) {
+void CudaBackend::cross_entropy_shard_backward_kernel(const Tensor& logits, const Tensor& targets,
+                                                      const Tensor* loss_mask, int ignore_index,
+                                                      int64_t begin, const Tensor& lse,
+                                                      const Tensor& dlogits, float grad_scale) {
   const char* op = "cross_entropy_shard_backward";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{N});
-  check_tensor(dlogits, op, "dlogits", kActivationDtypes, logits.shape);
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   const auto [row, target] = find_bad_index(targets, kAnyIndex, true, ignore_index);
   ANVIL_CHECK(row < 0, "[{}] target {} is negative at row {} (ignore_index is {})", op, target,
               row, ignore_index);
@@ -320,24 +225,9 @@ void CudaBackend::cross_entropy_shard_backward(const Tensor& logits, const Tenso
   CUDA_CHECK_LAUNCH("cross_entropy_shard_backward");
 }
 
-void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                             const Tensor& v, const AdamWParams& params,
-                             const Tensor* param_copy) {
-  const char* op = "adamw";
-  check_tensor(param, op, "param", {DType::f32});
-  check_tensor(grad, op, "grad", {DType::f32});
-  check_tensor(m, op, "m", {DType::f32});
-  check_tensor(v, op, "v", {DType::f32});
-  for (const Tensor* t : {&grad, &m, &v})
-    ANVIL_CHECK(t->numel() == param.numel(), "[adamw] param has {} elements but a state tensor "
-                "has {}", param.numel(), t->numel());
-  if (param_copy) {
-    check_tensor(*param_copy, op, "param_copy", kFloatDtypes);
-    ANVIL_CHECK(param_copy->numel() == param.numel(),
-                "[adamw] param has {} elements but param_copy has {}", param.numel(),
-                param_copy->numel());
-  }
-  ANVIL_CHECK(params.step >= 1, "[adamw] step is 1-based, got {}", params.step);
+void CudaBackend::adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m,
+                                    const Tensor& v, const AdamWParams& params,
+                                    const Tensor* param_copy) {
   // The scalars exactly as cpu/reference/adamw.cpp derives them.
   const double lr = params.lr, beta1 = params.beta1, beta2 = params.beta2;
   const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(params.step));
@@ -359,16 +249,12 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
   CUDA_CHECK_LAUNCH("adamw");
 }
 
-void CudaBackend::dropout(const Tensor& x, const Tensor& o, float p, uint64_t seed) {
-  check_tensor(x, "dropout", "x", kActivationDtypes);
-  check_tensor(o, "dropout", "out", kActivationDtypes, x.shape);
-  ANVIL_CHECK(p >= 0.0f && p < 1.0f, "[dropout] p must lie in [0, 1), got {}", p);
+void CudaBackend::dropout_kernel(const Tensor& x, const Tensor& o, float p, uint64_t seed) {
   cuda::launch_dropout(in(x), out(o), p, seed, x.numel(), stream());
   CUDA_CHECK_LAUNCH("dropout");
 }
 
-double CudaBackend::sum_squares(const Tensor& x) {
-  check_tensor(x, "sum_squares", "x", kFloatDtypes);
+double CudaBackend::sum_squares_kernel(const Tensor& x) {
   if (x.numel() == 0) return 0.0;
   const Scratch partials(*this,
                          static_cast<size_t>(cuda::sum_squares_scratch_count()) * sizeof(double));
@@ -381,8 +267,7 @@ double CudaBackend::sum_squares(const Tensor& x) {
   return sum;
 }
 
-bool CudaBackend::all_finite(const Tensor& x) {
-  check_tensor(x, "all_finite", "x", kFloatDtypes);
+bool CudaBackend::all_finite_kernel(const Tensor& x) {
   if (x.numel() == 0) return true;
   auto* flag = static_cast<int*>(scalars_);
   CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream()));

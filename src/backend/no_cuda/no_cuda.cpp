@@ -13,4 +13,8 @@ std::unique_ptr<Backend> make_cuda_backend() {
 
 std::string describe_cuda_backend() { return "cuda: not built"; }
 
+void register_cuda_backend(BackendRegistry& registry) {
+  registry.add({"cuda", describe_cuda_backend, make_cuda_backend, /*built=*/false});
+}
+
 }  // namespace anvil

@@ -1,4 +1,4 @@
-// OptimizedOps attention: the reference's argument checks, then the flash kernels of
+// OptimizedOps attention: the flash kernels of
 // attention.inc over OpenMP tasks. Forward tasks are (batch, kv head, query tile), dealt
 // round-robin (static, chunk 1) in serpentine tile order (forward_task in
 // attention_common.inc) so the longer causal tiles spread evenly; backward tasks are
@@ -14,22 +14,14 @@
 
 #include "backend/cpu/optimized/optimized_ops.h"
 #include "backend/cpu/reference/tensor_io.h"
-#include "backend/tensor_checks.h"
 #include "core/error.h"
 
 namespace anvil::cpu_opt {
 namespace {
 
-using cpu_ref::check_rank;
-using cpu_ref::check_tensor;
-
-AttentionArgs check_attention_args(const char* op, const Tensor& q, const Tensor& k,
-                                   const Tensor& v, const Tensor& out, const Tensor& lse,
-                                   const AttentionParams& params) {
-  check_tensor(q, op, "q", kActivationDtypes);
-  check_rank(q, op, "q", 4);
-  check_tensor(k, op, "k", kActivationDtypes);
-  check_rank(k, op, "k", 4);
+// Returns the kernels' view of a call Backend has checked.
+AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const AttentionParams& params) {
   AttentionArgs a{};
   a.B = q.shape[0];
   a.Tq = q.shape[1];
@@ -37,15 +29,6 @@ AttentionArgs check_attention_args(const char* op, const Tensor& q, const Tensor
   a.Hq = q.shape[2];
   a.Hkv = k.shape[2];
   a.D = q.shape[3];
-  ANVIL_CHECK(a.Hkv > 0 && a.Hq % a.Hkv == 0,
-              "[{}] query heads ({}) must be a multiple of kv heads ({})", op, a.Hq, a.Hkv);
-  const Shape kv_shape{a.B, a.Tk, a.Hkv, a.D};
-  check_tensor(k, op, "k", kActivationDtypes, kv_shape);
-  check_tensor(v, op, "v", kActivationDtypes, kv_shape);
-  check_tensor(out, op, "out", kActivationDtypes, q.shape);
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{a.B, a.Hq, a.Tq});
-  if (params.doc_ids) check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32});
-  check_attention_params(op, params, a.B, a.Tq, a.Tk);
   a.q = q.data;
   a.k = k.data;
   a.v = v.data;
@@ -92,7 +75,7 @@ int64_t attention_backward_scratch_floats(const AttentionArgs& a) {
 void OptimizedOps::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& out, const Tensor& lse,
                                      const AttentionParams& params) {
-  const AttentionArgs a = check_attention_args("attention", q, k, v, out, lse, params);
+  const AttentionArgs a = attention_args(q, k, v, out, lse, params);
   const int64_t tiles = (a.Tq + kAttentionQueryTile - 1) / kAttentionQueryTile;
   const int64_t tasks = a.B * a.Hkv * tiles;
   if (tasks == 0 || a.D == 0) return;
@@ -112,12 +95,7 @@ void OptimizedOps::attention_backward(const Tensor& dout, const Tensor& q, const
                                       const Tensor& v, const Tensor& out, const Tensor& lse,
                                       const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                       const AttentionParams& params) {
-  const char* op = "attention_backward";
-  AttentionArgs a = check_attention_args(op, q, k, v, out, lse, params);
-  check_tensor(dout, op, "dout", kActivationDtypes, q.shape);
-  check_tensor(dq, op, "dq", kActivationDtypes, q.shape);
-  check_tensor(dk, op, "dk", kActivationDtypes, k.shape);
-  check_tensor(dv, op, "dv", kActivationDtypes, v.shape);
+  AttentionArgs a = attention_args(q, k, v, out, lse, params);
   a.dout = dout.data;
   a.dq = dq.data;
   a.dk = dk.data;
@@ -141,7 +119,6 @@ void OptimizedOps::attention_backward(const Tensor& dout, const Tensor& q, const
 
 void OptimizedOps::attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
                                    const Tensor& part_lse) {
-  check_attention_merge_args(DeviceType::cpu, "CPU", out, lse, part_out, part_lse);
   const int64_t B = out.shape[0], Tq = out.shape[1], Hq = out.shape[2], D = out.shape[3];
   const float neg_inf = -__builtin_inff();
   // One task per (b, t) row of heads; the merge is memory-bound, so plain loops suffice.

@@ -1,5 +1,6 @@
 // OptimizedOps row ops: embedding, rmsnorm, RoPE and the fused cross-entropy, whole and
-// vocabulary-sharded. Argument checks mirror the reference; rows are split across threads.
+// vocabulary-sharded. Rows are split across threads; ids and targets are checked
+// before anything is written, with the reference's messages.
 // Reductions across rows (rmsnorm's weight gradient) use one partial per chunk, added in chunk
 // order; the embedding scatter is split by columns so each thread adds its column range of
 // every row in row order, which is deterministic and needs no atomics.
@@ -14,9 +15,6 @@
 
 namespace anvil::cpu_opt {
 namespace {
-
-using cpu_ref::check_rank;
-using cpu_ref::check_tensor;
 
 // Rows per chunk such that a chunk holds at least ~16k elements.
 int64_t row_grain(int64_t row_length) {
@@ -51,12 +49,7 @@ void check_shard_targets(const Tensor& targets, int ignore_index, const char* op
 }  // namespace
 
 void OptimizedOps::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  check_tensor(ids, "embedding", "ids", {DType::i32});
-  check_rank(ids, "embedding", "ids", 1);
-  check_tensor(table, "embedding", "table", kActivationDtypes);
-  check_rank(table, "embedding", "table", 2);
   const int64_t N = ids.shape[0], V = table.shape[0], C = table.shape[1];
-  check_tensor(out, "embedding", "out", kActivationDtypes, Shape{N, C});
   check_ids(ids, V);
   const int32_t* id = ids.i32();
   parallel_ranges(N, row_grain(C), [&](int64_t, int64_t begin, int64_t end) {
@@ -68,12 +61,7 @@ void OptimizedOps::embedding_forward(const Tensor& ids, const Tensor& table, con
 
 void OptimizedOps::embedding_backward(const Tensor& ids, const Tensor& dout,
                                       const Tensor& dtable) {
-  check_tensor(ids, "embedding_backward", "ids", {DType::i32});
-  check_rank(ids, "embedding_backward", "ids", 1);
-  check_tensor(dtable, "embedding_backward", "dtable", {DType::f32});
-  check_rank(dtable, "embedding_backward", "dtable", 2);
   const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
-  check_tensor(dout, "embedding_backward", "dout", kActivationDtypes, Shape{N, C});
   check_ids(ids, V);
   scatter_rows(EmbeddingBackwardArgs{ids.i32(), dout.data, dtable.f32(), dout.dtype, N, C, 0, V});
 }
@@ -91,13 +79,7 @@ void OptimizedOps::scatter_rows(const EmbeddingBackwardArgs& args) {
 void OptimizedOps::embedding_shard_forward(const Tensor& ids, const Tensor& table,
                                            const Tensor& out, int64_t begin) {
   const char* op = "embedding_shard";
-  check_tensor(ids, op, "ids", {DType::i32});
-  check_rank(ids, op, "ids", 1);
-  check_tensor(table, op, "table", kActivationDtypes);
-  check_rank(table, op, "table", 2);
   const int64_t N = ids.shape[0], Vs = table.shape[0], C = table.shape[1];
-  check_tensor(out, op, "out", kActivationDtypes, Shape{N, C});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_ids(ids, op);
   const int32_t* id = ids.i32();
   const size_t out_row_bytes = static_cast<size_t>(C) * dtype_size(out.dtype);
@@ -118,13 +100,7 @@ void OptimizedOps::embedding_shard_forward(const Tensor& ids, const Tensor& tabl
 void OptimizedOps::embedding_shard_backward(const Tensor& ids, const Tensor& dout,
                                             const Tensor& dtable, int64_t begin) {
   const char* op = "embedding_shard_backward";
-  check_tensor(ids, op, "ids", {DType::i32});
-  check_rank(ids, op, "ids", 1);
-  check_tensor(dtable, op, "dtable", {DType::f32});
-  check_rank(dtable, op, "dtable", 2);
   const int64_t N = ids.shape[0], Vs = dtable.shape[0], C = dtable.shape[1];
-  check_tensor(dout, op, "dout", kActivationDtypes, Shape{N, C});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_ids(ids, op);
   scatter_rows(
       EmbeddingBackwardArgs{ids.i32(), dout.data, dtable.f32(), dout.dtype, N, C, begin, Vs});
@@ -132,13 +108,7 @@ void OptimizedOps::embedding_shard_backward(const Tensor& ids, const Tensor& dou
 
 void OptimizedOps::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                                    const Tensor& rstd, float eps) {
-  check_tensor(x, "rmsnorm", "x", kActivationDtypes);
-  check_rank(x, "rmsnorm", "x", 2);
   const int64_t N = x.shape[0], C = x.shape[1];
-  check_tensor(weight, "rmsnorm", "weight", kActivationDtypes, Shape{C});
-  check_tensor(out, "rmsnorm", "out", kActivationDtypes, Shape{N, C});
-  check_tensor(rstd, "rmsnorm", "rstd", {DType::f32}, Shape{N});
-  ANVIL_CHECK(C > 0, "[rmsnorm] rows must not be empty");
   RmsnormArgs args{};
   args.x = x.data;
   args.weight = weight.data;
@@ -157,15 +127,7 @@ void OptimizedOps::rmsnorm_forward(const Tensor& x, const Tensor& weight, const 
 void OptimizedOps::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                     const Tensor& rstd, const Tensor& dx,
                                     const Tensor& dweight) {
-  const char* op = "rmsnorm_backward";
-  check_tensor(x, op, "x", kActivationDtypes);
-  check_rank(x, op, "x", 2);
   const int64_t N = x.shape[0], C = x.shape[1];
-  check_tensor(dout, op, "dout", kActivationDtypes, Shape{N, C});
-  check_tensor(weight, op, "weight", kActivationDtypes, Shape{C});
-  check_tensor(rstd, op, "rstd", {DType::f32}, Shape{N});
-  check_tensor(dx, op, "dx", kActivationDtypes, Shape{N, C});
-  check_tensor(dweight, op, "dweight", {DType::f32}, Shape{C});
   RmsnormArgs args{};
   args.x = x.data;
   args.weight = weight.data;
@@ -189,15 +151,10 @@ void OptimizedOps::rmsnorm_backward(const Tensor& dout, const Tensor& x, const T
                  DType::f32, C);
 }
 
-void OptimizedOps::rotate(const char* op, const Tensor& in, const Tensor& out,
+void OptimizedOps::rotate(const Tensor& in, const Tensor& out,
                           const Tensor& positions, const RopeParams& params, float sin_sign) {
   const bool forward = sin_sign > 0.0f;
-  check_tensor(in, op, forward ? "x" : "dout", kActivationDtypes);
-  check_rank(in, op, forward ? "x" : "dout", 4);
-  check_tensor(out, op, forward ? "out" : "dx", kActivationDtypes, in.shape);
-  check_tensor(positions, op, "positions", {DType::i32}, Shape{in.shape[0], in.shape[1]});
   const int64_t D = in.shape[3];
-  ANVIL_CHECK(D % 2 == 0, "[{}] head_dim must be even, got {}", op, D);
   const int32_t* pos = positions.i32();
   const int64_t rows = in.shape[0] * in.shape[1];
   if (rows == 0) return;
@@ -216,25 +173,18 @@ void OptimizedOps::rotate(const char* op, const Tensor& in, const Tensor& out,
 
 void OptimizedOps::rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
                                 const RopeParams& params) {
-  rotate("rope", x, out, positions, params, 1.0f);
+  rotate(x, out, positions, params, 1.0f);
 }
 
 void OptimizedOps::rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
                                  const RopeParams& params) {
-  rotate("rope_backward", dout, dx, positions, params, -1.0f);
+  rotate(dout, dx, positions, params, -1.0f);
 }
 
 void OptimizedOps::cross_entropy(const Tensor& logits, const Tensor& targets,
                                  const Tensor* loss_mask, int ignore_index,
                                  const Tensor& losses, const Tensor* dlogits, float grad_scale) {
-  const char* op = "cross_entropy";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], V = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
-  check_tensor(losses, op, "losses", {DType::f32}, Shape{N});
-  if (dlogits) check_tensor(*dlogits, op, "dlogits", kActivationDtypes, logits.shape);
   const int32_t* target = targets.i32();
   for (int64_t n = 0; n < N; ++n)
     ANVIL_CHECK(target[n] == ignore_index || (target[n] >= 0 && target[n] < V),
@@ -262,12 +212,7 @@ void OptimizedOps::cross_entropy_shard_stats(const Tensor& logits, const Tensor&
                                              int ignore_index, int64_t begin,
                                              const Tensor& stats) {
   const char* op = "cross_entropy_shard_stats";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  check_tensor(stats, op, "stats", {DType::f32}, Shape{N, 3});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_targets(targets, ignore_index, op);
   CrossEntropyShardArgs args{};
   args.logits = logits.data;
@@ -287,14 +232,7 @@ void OptimizedOps::cross_entropy_shard_backward(const Tensor& logits, const Tens
                                                 int64_t begin, const Tensor& lse,
                                                 const Tensor& dlogits, float grad_scale) {
   const char* op = "cross_entropy_shard_backward";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{N});
-  check_tensor(dlogits, op, "dlogits", kActivationDtypes, logits.shape);
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_targets(targets, ignore_index, op);
   CrossEntropyShardArgs args{};
   args.logits = logits.data;

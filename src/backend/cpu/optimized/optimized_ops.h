@@ -1,7 +1,6 @@
 // OptimizedOps: the "cpu" backend's op implementations. GEMMs go to oneDNN or OpenBLAS,
-// whichever goes with the kernel table (gemm.h); every
-// other op validates its arguments exactly like the reference (same "[op] ..." messages),
-// splits rows across OpenMP threads and runs the SIMD kernel table chosen for this CPU
+// whichever goes with the kernel table (gemm.h); every other op (its arguments checked by
+// Backend; ids and targets here, with the reference's messages) splits rows across OpenMP threads and runs the SIMD kernel table chosen for this CPU
 // (isa.h). Cases the kernels do not cover (f16 storage, mixed dtypes within SwiGLU, positions
 // beyond the RoPE table, empty matrices) run the reference loops, which define the same
 // results. Scratch (attention tiles, rmsnorm weight-gradient partials, cross-entropy rows) is
@@ -10,7 +9,6 @@
 // one caller at a time.
 #pragma once
 
-#include <initializer_list>
 
 #include <memory>
 #include <string>
@@ -23,10 +21,6 @@
 
 namespace anvil::cpu_opt {
 
-// The activation dtypes the optimized kernels run. f16 is the reference backend's alone
-// (cpu-ref): its SIMD paths and oneDNN GEMMs on CPUs without AVX512-FP16 have no f16 kernels,
-// and an op refuses f16 rather than read its bits as bf16.
-inline constexpr std::initializer_list<DType> kActivationDtypes = {DType::f32, DType::bf16};
 
 class OptimizedOps {
  public:
@@ -88,7 +82,7 @@ class OptimizedOps {
   float* scratch(Buffer& buffer, int64_t floats);
   // Runs the embedding scatter-add split by columns across threads.
   void scatter_rows(const EmbeddingBackwardArgs& args);
-  void rotate(const char* op, const Tensor& in, const Tensor& out, const Tensor& positions,
+  void rotate(const Tensor& in, const Tensor& out, const Tensor& positions,
               const RopeParams& params, float sin_sign);
 
   Allocator& scratch_allocator_;

@@ -19,22 +19,6 @@ namespace anvil::cpu_ref {
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                 const AdamWParams& params, const Tensor* param_copy) {
-  const char* op = "adamw";
-  check_tensor(param, op, "param", {DType::f32});
-  check_tensor(grad, op, "grad", {DType::f32});
-  check_tensor(m, op, "m", {DType::f32});
-  check_tensor(v, op, "v", {DType::f32});
-  for (const Tensor* t : {&grad, &m, &v})
-    ANVIL_CHECK(t->numel() == param.numel(), "[adamw] param has {} elements but a state tensor "
-                "has {}", param.numel(), t->numel());
-  if (param_copy) {
-    check_tensor(*param_copy, op, "param_copy", kFloatDtypes);
-    ANVIL_CHECK(param_copy->numel() == param.numel(),
-                "[adamw] param has {} elements but param_copy has {}", param.numel(),
-                param_copy->numel());
-  }
-  ANVIL_CHECK(params.step >= 1, "[adamw] step is 1-based, got {}", params.step);
-
   const double lr = params.lr, beta1 = params.beta1, beta2 = params.beta2;
   const float decay = static_cast<float>(1.0 - lr * params.weight_decay);
   const float b1 = params.beta1, b2 = params.beta2;

@@ -11,7 +11,6 @@
 
 #include "backend/cpu/reference/reference_ops.h"
 #include "backend/cpu/reference/tensor_io.h"
-#include "backend/tensor_checks.h"
 #include "core/error.h"
 
 namespace anvil::cpu_ref {
@@ -23,25 +22,11 @@ struct AttentionDims {
   float scale;
 };
 
-AttentionDims check_attention_args(const char* op, const Tensor& q, const Tensor& k,
-                                   const Tensor& v, const Tensor& out, const Tensor& lse,
-                                   const AttentionParams& params) {
-  check_tensor(q, op, "q", kActivationDtypes);
-  check_rank(q, op, "q", 4);
-  check_tensor(k, op, "k", kActivationDtypes);
-  check_rank(k, op, "k", 4);
+// Returns the dimensions of a call Backend has checked.
+AttentionDims attention_dims(const Tensor& q, const Tensor& k, const AttentionParams& params) {
   AttentionDims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], 1,
                   params.scale};
-  ANVIL_CHECK(d.Hkv > 0 && d.Hq % d.Hkv == 0,
-              "[{}] query heads ({}) must be a multiple of kv heads ({})", op, d.Hq, d.Hkv);
   d.group = d.Hq / d.Hkv;
-  const Shape kv_shape{d.B, d.Tk, d.Hkv, d.D};
-  check_tensor(k, op, "k", kActivationDtypes, kv_shape);
-  check_tensor(v, op, "v", kActivationDtypes, kv_shape);
-  check_tensor(out, op, "out", kActivationDtypes, q.shape);
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{d.B, d.Hq, d.Tq});
-  if (params.doc_ids) check_tensor(*params.doc_ids, op, "doc_ids", {DType::i32});
-  check_attention_params(op, params, d.B, d.Tq, d.Tk);
   if (d.scale == 0.0f) d.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   return d;
 }
@@ -85,7 +70,7 @@ void write_head(const Tensor& t, int64_t b, int64_t h, const std::vector<double>
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& lse, const AttentionParams& params) {
-  const AttentionDims d = check_attention_args("attention", q, k, v, out, lse, params);
+  const AttentionDims d = attention_dims(q, k, params);
   const float neg_inf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < d.B * d.Hq; ++bh) {
@@ -126,12 +111,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionParams& params) {
-  const char* op = "attention_backward";
-  const AttentionDims d = check_attention_args(op, q, k, v, out, lse, params);
-  check_tensor(dout, op, "dout", kActivationDtypes, q.shape);
-  check_tensor(dq, op, "dq", kActivationDtypes, q.shape);
-  check_tensor(dk, op, "dk", kActivationDtypes, k.shape);
-  check_tensor(dv, op, "dv", kActivationDtypes, v.shape);
+  const AttentionDims d = attention_dims(q, k, params);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // One task per kv head: it owns dk/dv of that head and dq of the query heads in its group.
 #pragma omp parallel for schedule(static)
@@ -175,7 +155,6 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
 
 void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
                      const Tensor& part_lse) {
-  check_attention_merge_args(DeviceType::cpu, "CPU", out, lse, part_out, part_lse);
   const int64_t B = out.shape[0], Tq = out.shape[1], Hq = out.shape[2], D = out.shape[3];
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < B; ++b)

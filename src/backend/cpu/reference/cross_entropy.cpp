@@ -20,14 +20,7 @@ namespace anvil::cpu_ref {
 void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                    int ignore_index, const Tensor& losses, const Tensor* dlogits,
                    float grad_scale) {
-  const char* op = "cross_entropy";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], V = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
-  check_tensor(losses, op, "losses", {DType::f32}, Shape{N});
-  if (dlogits) check_tensor(*dlogits, op, "dlogits", kActivationDtypes, logits.shape);
   const int32_t* target = targets.i32();
   for (int64_t n = 0; n < N; ++n)
     ANVIL_CHECK(target[n] == ignore_index || (target[n] >= 0 && target[n] < V),
@@ -79,12 +72,7 @@ void check_shard_targets(const Tensor& targets, int ignore_index, const char* op
 void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, int ignore_index,
                                int64_t begin, const Tensor& stats) {
   const char* op = "cross_entropy_shard_stats";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  check_tensor(stats, op, "stats", {DType::f32}, Shape{N, 3});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_targets(targets, ignore_index, op);
   const int32_t* target = targets.i32();
   float* out = stats.f32();
@@ -107,14 +95,7 @@ void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
                                   const Tensor* loss_mask, int ignore_index, int64_t begin,
                                   const Tensor& lse, const Tensor& dlogits, float grad_scale) {
   const char* op = "cross_entropy_shard_backward";
-  check_tensor(logits, op, "logits", kActivationDtypes);
-  check_rank(logits, op, "logits", 2);
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  check_tensor(targets, op, "targets", {DType::i32}, Shape{N});
-  if (loss_mask) check_tensor(*loss_mask, op, "loss_mask", {DType::f32}, Shape{N});
-  check_tensor(lse, op, "lse", {DType::f32}, Shape{N});
-  check_tensor(dlogits, op, "dlogits", kActivationDtypes, logits.shape);
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_targets(targets, ignore_index, op);
   const int32_t* target = targets.i32();
   for (int64_t n = 0; n < N; ++n) {

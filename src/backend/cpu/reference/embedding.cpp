@@ -29,12 +29,7 @@ void check_shard_ids(const Tensor& ids, const char* op) {
 }  // namespace
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  check_tensor(ids, "embedding", "ids", {DType::i32});
-  check_rank(ids, "embedding", "ids", 1);
-  check_tensor(table, "embedding", "table", kActivationDtypes);
-  check_rank(table, "embedding", "table", 2);
   const int64_t N = ids.shape[0], V = table.shape[0], C = table.shape[1];
-  check_tensor(out, "embedding", "out", kActivationDtypes, Shape{N, C});
   check_ids(ids, V);
   const int32_t* id = ids.i32();
   for (int64_t n = 0; n < N; ++n) {
@@ -44,12 +39,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
-  check_tensor(ids, "embedding_backward", "ids", {DType::i32});
-  check_rank(ids, "embedding_backward", "ids", 1);
-  check_tensor(dtable, "embedding_backward", "dtable", {DType::f32});
-  check_rank(dtable, "embedding_backward", "dtable", 2);
   const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
-  check_tensor(dout, "embedding_backward", "dout", kActivationDtypes, Shape{N, C});
   check_ids(ids, V);
   const int32_t* id = ids.i32();
   float* table = dtable.f32();
@@ -62,13 +52,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
 void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out,
                              int64_t begin) {
   const char* op = "embedding_shard";
-  check_tensor(ids, op, "ids", {DType::i32});
-  check_rank(ids, op, "ids", 1);
-  check_tensor(table, op, "table", kActivationDtypes);
-  check_rank(table, op, "table", 2);
   const int64_t N = ids.shape[0], Vs = table.shape[0], C = table.shape[1];
-  check_tensor(out, op, "out", kActivationDtypes, Shape{N, C});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_ids(ids, op);
   const int32_t* id = ids.i32();
   const std::vector<float> zeros(static_cast<size_t>(C), 0.0f);
@@ -86,13 +70,7 @@ void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tenso
 void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
                               int64_t begin) {
   const char* op = "embedding_shard_backward";
-  check_tensor(ids, op, "ids", {DType::i32});
-  check_rank(ids, op, "ids", 1);
-  check_tensor(dtable, op, "dtable", {DType::f32});
-  check_rank(dtable, op, "dtable", 2);
   const int64_t N = ids.shape[0], Vs = dtable.shape[0], C = dtable.shape[1];
-  check_tensor(dout, op, "dout", kActivationDtypes, Shape{N, C});
-  ANVIL_CHECK(begin >= 0, "[{}] begin must be >= 0, got {}", op, begin);
   check_shard_ids(ids, op);
   const int32_t* id = ids.i32();
   float* table = dtable.f32();

@@ -14,18 +14,6 @@
 namespace anvil::cpu_ref {
 namespace {
 
-// Checks the shapes shared by forward and backward and returns D.
-int64_t check_rope_args(const char* op, const Tensor& in, const char* in_name, const Tensor& out,
-                        const char* out_name, const Tensor& positions) {
-  check_tensor(in, op, in_name, kActivationDtypes);
-  check_rank(in, op, in_name, 4);
-  check_tensor(out, op, out_name, kActivationDtypes, in.shape);
-  check_tensor(positions, op, "positions", {DType::i32}, Shape{in.shape[0], in.shape[1]});
-  const int64_t D = in.shape[3];
-  ANVIL_CHECK(D % 2 == 0, "[{}] head_dim must be even, got {}", op, D);
-  return D;
-}
-
 // Rotates every (B, T, H, D) row of `in` into `out`; direction -1 applies the inverse rotation.
 void rotate(const Tensor& in, const Tensor& out, const Tensor& positions,
             const RopeParams& params, float direction) {
@@ -96,13 +84,11 @@ std::vector<float> rope_inv_freq(int64_t head_dim, const RopeParams& params) {
 
 void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
                   const RopeParams& params) {
-  check_rope_args("rope", x, "x", out, "out", positions);
   rotate(x, out, positions, params, 1.0f);
 }
 
 void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
                    const RopeParams& params) {
-  check_rope_args("rope_backward", dout, "dout", dx, "dx", positions);
   rotate(dout, dx, positions, params, -1.0f);
 }
 

@@ -1,24 +1,9 @@
-// Argument checks and dtype conversion for the reference ops (see tensor_io.h).
+// Dtype conversion for the reference ops (see tensor_io.h).
 #include "backend/cpu/reference/tensor_io.h"
 
-#include "backend/tensor_checks.h"
 #include "core/error.h"
 
 namespace anvil::cpu_ref {
-
-void check_tensor(const Tensor& t, const char* op, const char* what,
-                  std::initializer_list<DType> dtypes) {
-  check_op_tensor(t, DeviceType::cpu, "CPU", op, what, dtypes);
-}
-
-void check_tensor(const Tensor& t, const char* op, const char* what,
-                  std::initializer_list<DType> dtypes, const Shape& shape) {
-  check_op_tensor(t, DeviceType::cpu, "CPU", op, what, dtypes, shape);
-}
-
-void check_rank(const Tensor& t, const char* op, const char* what, int rank) {
-  check_op_rank(t, op, what, rank);
-}
 
 float load_float(const Tensor& t, int64_t i) {
   switch (t.dtype) {

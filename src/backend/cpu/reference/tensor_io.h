@@ -1,25 +1,14 @@
-// Shared plumbing of the reference ops: argument checks that name the op and the argument in
-// their message ("[rmsnorm] weight has shape (5), expected (8)"), and conversion between a
-// tensor's storage dtype (f32, bf16, f16) and f32 working values. Loads widen exactly; stores
-// round to nearest even, so every op rounds once per stored element.
+// Shared plumbing of the reference ops: conversion between a tensor's storage dtype (f32,
+// bf16, f16) and f32 working values. Loads widen exactly; stores round to nearest even, so
+// every op rounds once per stored element.
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace anvil::cpu_ref {
-
-// Throws unless t lives on the host, has data (or no elements) and one of the given dtypes.
-void check_tensor(const Tensor& t, const char* op, const char* what,
-                  std::initializer_list<DType> dtypes);
-// Does check_tensor and also requires the exact shape.
-void check_tensor(const Tensor& t, const char* op, const char* what,
-                  std::initializer_list<DType> dtypes, const Shape& shape);
-// Throws unless t has the given rank.
-void check_rank(const Tensor& t, const char* op, const char* what, int rank);
 
 // Returns element i of a float tensor widened to f32.
 float load_float(const Tensor& t, int64_t i);
@@ -33,12 +22,5 @@ std::vector<float> read_floats(const Tensor& t);
 void write_floats(const Tensor& t, int64_t offset, int64_t count, const float* values);
 // Stores one value per element of t.
 void write_floats(const Tensor& t, const std::vector<float>& values);
-
-// The activation dtypes every op accepts.
-inline constexpr std::initializer_list<DType> kActivationDtypes = {DType::f32, DType::bf16,
-                                                                   DType::f16};
-// The float storage dtypes that elementwise ops, casts and reductions accept.
-inline constexpr std::initializer_list<DType> kFloatDtypes = {DType::f32, DType::bf16,
-                                                              DType::f16};
 
 }  // namespace anvil::cpu_ref
