@@ -155,6 +155,14 @@ class LlamaModel {
   void set_dropout_micro_batch(int64_t index) { dropout_micro_batch_ = index; }
   // Returns the bytes the model holds, by purpose.
   ModelMemory memory() const;
+  // Returns the bytes a model of `config` built with `options` would hold (what memory()
+  // reports once built), from the same layouts and the same arena carve, allocating nothing;
+  // throws as the constructor would for options it refuses (the collectives behind tp and cp
+  // are not needed).
+  static ModelMemory planned_memory(const LlamaConfig& config, const ModelOptions& options);
+  // Returns the dtype the frozen LoRA base of a model built with `options` is held in (f32
+  // without LoRA).
+  static DType frozen_base_dtype(const ModelOptions& options);
   // Writes base parameter `index` (layout order of parameters()) from host f32 values into
   // wherever the model stores it (f32 masters, or the bf16-only store of a frozen bf16 base).
   void set_parameter(int index, const float* host);
@@ -200,6 +208,22 @@ class LlamaModel {
   int64_t count_loss_tokens(const Batch& batch);
 
  private:
+  // Returns `options` with max_seq resolved (0: the shard's max_seq_len / cp).
+  static ModelOptions resolved_options(const LlamaConfig& shard_config, ModelOptions options);
+  // Throws unless resolved `options` can build a model of `shard_config`.
+  static void check_options(const LlamaConfig& shard_config, const ModelOptions& options);
+  // Carves everything the activation arena holds for resolved `options`: the activations, the
+  // adapters' saved tensors and scratch and the frozen norms' gradient sink (LoRA), the
+  // vocabulary-parallel scratch (tp > 1). The constructor carves its members; planned_memory
+  // carves throwaway views to measure.
+  static void carve_arena(Arena& arena, const LlamaConfig& shard_config,
+                          const ModelOptions& options, ModelActivations& acts,
+                          LoraActivations& lora, Tensor& norm_grad_sink,
+                          VocabParallelScratch& vocab_parallel);
+  // Returns the bytes of the parameter-side buffers (everything but the activations) a model
+  // of `shard_config` built with resolved `options` holds.
+  static ModelMemory parameter_memory(const LlamaConfig& shard_config, const ModelOptions& options);
+
   // Checks (B, T) and the inputs, copies them to the device when needed, fills positions.
   StepDims prepare_inputs(const Tensor& tokens, const Tensor* targets, const Tensor* loss_mask,
                           const Tensor* doc_ids, int position_offset);

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/llama.h"
 #include "model/parameter_table.h"
+#include "model/tensor_parallel.h"
 
 namespace anvil {
 
@@ -46,26 +47,57 @@ void LlamaModel::merge_lora() {
   }
 }
 
-ModelMemory LlamaModel::memory() const {
+ModelMemory LlamaModel::parameter_memory(const LlamaConfig& shard_config,
+                                         const ModelOptions& options) {
   ModelMemory memory;
-  // The ring attention's buffers (context parallelism) hold activations and their gradients.
-  memory.activations = arena_.bytes() + (cp_scratch_ ? cp_scratch_->bytes() : 0);
-  const ParameterLayout& layout = *layout_;
-  memory.compute_copies =
-      compute_.enabled() ? layout_bytes(layout, dtype_size(options_.compute_dtype)) : 0;
-  if (lora_.enabled()) {
-    memory.frozen = (options_.allocate_frozen ? layout_bytes(layout, dtype_size(params_.dtype()))
-                                              : 0) +
-                    bf16_base_.bytes();
-    memory.trainable = options_.allocate_weights ? lora_.parameter_bytes() : 0;
-    memory.compute_copies += lora_.compute_copy_bytes();
-    memory.gradients = options_.allocate_gradients ? lora_.gradient_bytes() : 0;
-    memory.trainable_count = lora_.parameters().layout().total_params();
+  const auto layout = make_llama_layout(shard_config, options.decay_embeddings);
+  const DType base_dtype = frozen_base_dtype(options);
+  // A bf16 base computes as it is (Bf16BaseViews); an f32 master set in a bf16 model has
+  // compute-dtype copies (ComputeWeights), whatever the parallel layer binds.
+  if (base_dtype != DType::bf16 && options.compute_dtype != DType::f32)
+    memory.compute_copies = layout_bytes(*layout, dtype_size(options.compute_dtype));
+  if (options.lora.enabled()) {
+    const auto adapters = make_lora_layout(shard_config, options.lora);
+    const size_t adapter_bytes = layout_bytes(*adapters, sizeof(float));
+    memory.frozen = (options.allocate_frozen ? layout_bytes(*layout, dtype_size(base_dtype)) : 0) +
+                    (base_dtype == DType::bf16 ? Bf16BaseViews::planned_bytes(shard_config) : 0);
+    memory.trainable = options.allocate_weights ? adapter_bytes : 0;
+    if (options.compute_dtype != DType::f32)
+      memory.compute_copies += layout_bytes(*adapters, dtype_size(options.compute_dtype));
+    memory.gradients = options.allocate_gradients ? adapter_bytes : 0;
+    memory.trainable_count = adapters->total_params();
     return memory;
   }
-  memory.trainable = options_.allocate_weights ? layout_bytes(layout, sizeof(float)) : 0;
-  memory.gradients = options_.allocate_gradients ? layout_bytes(layout, sizeof(float)) : 0;
-  memory.trainable_count = layout.total_params();
+  memory.trainable = options.allocate_weights ? layout_bytes(*layout, sizeof(float)) : 0;
+  memory.gradients = options.allocate_gradients ? layout_bytes(*layout, sizeof(float)) : 0;
+  memory.trainable_count = layout->total_params();
+  return memory;
+}
+
+ModelMemory LlamaModel::memory() const {
+  ModelMemory memory = parameter_memory(config_, options_);
+  // The ring attention's buffers (context parallelism) hold activations and their gradients.
+  memory.activations = arena_.bytes() + (cp_scratch_ ? cp_scratch_->bytes() : 0);
+  return memory;
+}
+
+ModelMemory LlamaModel::planned_memory(const LlamaConfig& config, const ModelOptions& options) {
+  const LlamaConfig shard_config = tp_shard_config(config, options.tp.size);
+  const ModelOptions resolved = resolved_options(shard_config, options);
+  check_options(shard_config, resolved);
+  ModelMemory memory = parameter_memory(shard_config, resolved);
+  ModelActivations acts;
+  LoraActivations lora;
+  Tensor norm_grad_sink;
+  VocabParallelScratch vocab_parallel;
+  memory.activations = Arena::measure([&](Arena& arena) {
+    carve_arena(arena, shard_config, resolved, acts, lora, norm_grad_sink, vocab_parallel);
+  });
+  if (resolved.cp.enabled()) {
+    memory.activations += ContextParallelScratch::planned_bytes(
+        shard_config, resolved.cp.size, resolved.max_batch, resolved.max_seq,
+        resolved.compute_dtype);
+  }
   return memory;
 }
 

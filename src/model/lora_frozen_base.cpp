@@ -7,9 +7,13 @@ namespace anvil {
 
 Bf16BaseViews::Bf16BaseViews(const LlamaConfig& config, Backend& backend)
     : config_(config), backend_(&backend) {
-  const int64_t norms = 2 * int64_t{config_.n_layers} + 1;
-  norms_ = Buffer(backend, static_cast<size_t>(norms * config_.dim) * sizeof(float));
+  norms_ = Buffer(backend, planned_bytes(config_));
   views_.layers.resize(static_cast<size_t>(config_.n_layers));
+}
+
+size_t Bf16BaseViews::planned_bytes(const LlamaConfig& config) {
+  const int64_t norms = 2 * int64_t{config.n_layers} + 1;
+  return static_cast<size_t>(norms * config.dim) * sizeof(float);
 }
 
 Tensor Bf16BaseViews::cast_norm(const Tensor& stored, int index) {

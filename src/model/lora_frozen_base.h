@@ -25,6 +25,8 @@ class Bf16BaseViews {
   const LlamaWeights& views() const { return views_; }
   // Returns the bytes of the norm copies.
   size_t bytes() const { return norms_.bytes(); }
+  // Returns the bytes the norm copies of a model of `config` take.
+  static size_t planned_bytes(const LlamaConfig& config);
 
  private:
   // Casts `stored` (bf16, (dim)) into norm copy `index` and returns the copy.

@@ -55,6 +55,18 @@ struct EngineOptions {
   int micro_batches = 1;   // micro-batches per step on each rank (buffers are sized for it)
 };
 
+// One kind of collective a training step runs (DataParallelEngine::planned_collectives).
+struct PlannedCollective {
+  enum class Kind { all_reduce, all_gather, reduce_scatter, exchange };  // exchange: send+recv
+  const char* axis = "";  // the mesh axis, as MeshTraffic and the traces name it
+  const char* what = "";  // "gradient reduce-scatter", ...
+  Kind kind = Kind::all_reduce;
+  int ranks = 1;          // the axis's group size
+  int64_t payload_bytes = 0;  // per step, counted as CountingCommunicator counts them
+  bool overlapped = true;     // issued asynchronously while compute goes on
+  bool estimate = false;      // the model's tp/cp collectives: estimated, not exact
+};
+
 struct StepReport {
   LossSum loss;          // over the whole global batch
   double grad_norm = 0;  // before clipping
@@ -148,7 +160,34 @@ class DataParallelEngine final : private GroupHooks {
 
   MemoryReport memory() const;
 
+  // Planning (engine_plan.cpp): what a run would hold and send, from the shard plans and the
+  // model's planned_memory alone, allocating nothing. `options` are the run's model options
+  // before model_options(); `shape` and `zero_stage` the mesh; `micro_batches` per step.
+  // Returns the memory() that data rank `data_rank` (rank 0 holds the most) would report.
+  static MemoryReport planned_memory(const LlamaConfig& config, const ModelOptions& options,
+                                     const MeshShape& shape, int zero_stage, int micro_batches,
+                                     int data_rank = 0);
+  // Returns the collectives one optimizer step runs on data rank 0, by axis and kind, with
+  // the payload bytes the mesh's counting communicators would count (MeshTraffic);
+  // `micro_batch_rows` is one micro-batch's rows on a rank (batch x seq_len / cp).
+  static std::vector<PlannedCollective> planned_collectives(const LlamaConfig& config,
+                                                            const ModelOptions& options,
+                                                            const MeshShape& shape,
+                                                            int zero_stage, int micro_batches,
+                                                            int64_t micro_batch_rows);
+
  private:
+  // Gathered-weight slots under stage 3 (the pinned tied embedding, the group in use, the
+  // prefetched next one) and full-gradient slots under stages 2-3 (the same, with a slot whose
+  // reduce-scatter is in flight in place of the prefetch).
+  static constexpr int kWeightSlots = 3;
+  static constexpr int kGradientSlots = 3;
+  // A weight slot holds a group's trainable weights (f32) and, with LoRA, its frozen base (in
+  // the base's dtype) behind them, at this byte offset: one gather of each fills it.
+  static size_t frozen_slot_offset(const ShardPlan& plan);
+  static size_t weight_slot_bytes(const ShardPlan& plan, const ShardPlan* frozen_plan,
+                                  DType frozen_dtype);
+
   struct GroupStorage {
     Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model
     Buffer weight_shard;  // stage 3: this rank's fsdp shard of the weights

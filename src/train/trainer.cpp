@@ -239,27 +239,10 @@ Trainer::Trainer(const TrainRunOptions& options)
               "[train] lora.r = {} trains adapters on a frozen base, but model.init_from names "
               "no base model (use anvil finetune --model DIR, or set lora.r = 0)",
               config_.lora.r);
-  ModelOptions model_options;
-  model_options.max_batch = std::max(micro_batch_, eval_batch_size_);
   // Under context parallelism the model holds seq_len / cp rows of each sample.
   check_cp_seq_len(seq_len_, static_cast<int>(config_.parallel.cp));
-  model_options.max_seq = seq_len_ / static_cast<int>(config_.parallel.cp);
-  model_options.compute_dtype = parse_dtype(config_.training.dtype);
-  model_options.activation_checkpointing = config_.training.activation_checkpointing;
-  model_options.decay_embeddings = config_.optimizer.decay_embeddings;
-  model_options.attention = attention_schedule_from(config_.attention);
-  model_options.lora = lora_options_from(config_.lora);
-  if (model_options.lora.enabled() && config_.lora.base_dtype != "auto")
-    model_options.lora_base_dtype = parse_dtype(config_.lora.base_dtype);
-  ParallelSettings parallel;
-  parallel.dp = static_cast<int>(config_.parallel.dp);
-  parallel.fsdp = static_cast<int>(config_.parallel.fsdp);
-  parallel.tp = static_cast<int>(config_.parallel.tp);
-  parallel.cp = static_cast<int>(config_.parallel.cp);
-  parallel.sequence_parallel = config_.parallel.sequence_parallel;
-  parallel.zero_stage = static_cast<int>(config_.parallel.zero_stage);
-  parallel.offload = config_.parallel.offload;
-  mesh_ = std::make_unique<DeviceMesh>(world_, parallel);
+  const ModelOptions model_options = model_options_from(config_);
+  mesh_ = std::make_unique<DeviceMesh>(world_, parallel_settings_from(config_.parallel));
   model_ = std::make_unique<LlamaModel>(
       llama_, *backend_, DataParallelEngine::model_options(model_options, *mesh_));
   EngineOptions engine_options;

@@ -1,0 +1,218 @@
+// DataParallelEngine's planning side: the memory a run would hold and the collectives a step
+// would run, computed from the same shard plans, slot sizes and model planned_memory that the
+// engine allocates from, so `anvil plan` and a run's memory report and traffic counters speak
+// one vocabulary. Nothing here allocates. The gradient and weight collectives are exact (a
+// test compares them with the counting communicators); the model's own tensor- and
+// context-parallel exchanges are estimates from the block structure.
+#include <algorithm>
+
+#include "model/llama_parameters.h"
+#include "model/lora.h"
+#include "model/tensor_parallel.h"
+#include "parallel/engine.h"
+
+namespace anvil {
+namespace {
+
+constexpr size_t kSlotAlignment = 64;
+
+// Returns `options` as the engine builds its model on a rank of `shape` (rank 0 of tp and cp;
+// the collectives are not needed to plan).
+ModelOptions mesh_model_options(const ModelOptions& options, const MeshShape& shape,
+                                int zero_stage) {
+  ModelOptions model = DataParallelEngine::model_options(options, zero_stage);
+  model.tp.size = shape.tp;
+  model.tp.rank = 0;
+  model.tp.ops = nullptr;
+  model.cp.size = shape.cp;
+  model.cp.rank = 0;
+  model.cp.ops = nullptr;
+  return model;
+}
+
+// The layouts a rank of `shape` trains and (LoRA) holds frozen, and their shard plans.
+struct PlannedLayouts {
+  std::shared_ptr<const ParameterLayout> trainable;
+  std::shared_ptr<const ParameterLayout> frozen;  // LoRA only
+  ShardPlan plan;
+  ShardPlan frozen_plan;  // LoRA only
+};
+
+PlannedLayouts planned_layouts(const LlamaConfig& config, const ModelOptions& options,
+                               const MeshShape& shape, int data_rank) {
+  const LlamaConfig shard = tp_shard_config(config, shape.tp);
+  const int data_world = shape.dp * shape.fsdp * shape.cp;
+  PlannedLayouts out;
+  const auto base = make_llama_layout(shard, options.decay_embeddings);
+  if (options.lora.enabled()) {
+    out.trainable = make_lora_layout(shard, options.lora);
+    out.frozen = base;
+    out.frozen_plan = ShardPlan(*base, data_world, shape.fsdp, data_rank);
+  } else {
+    out.trainable = base;
+  }
+  out.plan = ShardPlan(*out.trainable, data_world, shape.fsdp, data_rank);
+  return out;
+}
+
+}  // namespace
+
+size_t DataParallelEngine::frozen_slot_offset(const ShardPlan& plan) {
+  const size_t bytes = static_cast<size_t>(plan.max_padded()) * sizeof(float);
+  return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+}
+
+size_t DataParallelEngine::weight_slot_bytes(const ShardPlan& plan, const ShardPlan* frozen_plan,
+                                             DType frozen_dtype) {
+  if (frozen_plan == nullptr) return static_cast<size_t>(plan.max_padded()) * sizeof(float);
+  return frozen_slot_offset(plan) +
+         static_cast<size_t>(frozen_plan->max_padded()) * dtype_size(frozen_dtype);
+}
+
+MemoryReport DataParallelEngine::planned_memory(const LlamaConfig& config,
+                                                const ModelOptions& options,
+                                                const MeshShape& shape, int zero_stage,
+                                                int micro_batches, int data_rank) {
+  const ModelMemory model =
+      LlamaModel::planned_memory(config, mesh_model_options(options, shape, zero_stage));
+  MemoryReport report;
+  report.frozen = static_cast<int64_t>(model.frozen);
+  report.weights = static_cast<int64_t>(model.trainable);
+  report.gradients = static_cast<int64_t>(model.gradients);
+  report.activations = static_cast<int64_t>(model.activations);
+  report.workspace = static_cast<int64_t>(model.compute_copies);
+
+  // What allocate_state and build_optimizer allocate.
+  const PlannedLayouts layouts = planned_layouts(config, options, shape, data_rank);
+  const ShardPlan& plan = layouts.plan;
+  const bool lora = options.lora.enabled();
+  const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
+  const bool running_sum_here = data_rank == 0 && micro_batches > 1;
+  const int64_t f32 = sizeof(float);
+  for (int g = 0; g < plan.group_count(); ++g) {
+    const GroupShard& s = plan.group(g);
+    if (s.numel == 0) continue;
+    if (zero_stage == 1 || zero_stage == 2) report.weights += s.padded * f32;
+    if (zero_stage == 3) report.weights += s.shard * f32;
+    if (zero_stage >= 2) report.gradients += s.shard * f32;
+    if (zero_stage <= 1 && running_sum_here) report.gradients += s.numel * f32;
+    if (s.shard_length > 0) report.optimizer += 2 * s.shard_length * f32;  // AdamW m and v
+  }
+  if (zero_stage == 3) {
+    if (lora) {
+      for (int g = 0; g < layouts.frozen_plan.group_count(); ++g)
+        report.frozen += layouts.frozen_plan.group(g).shard * static_cast<int64_t>(dtype_size(frozen_dtype));
+    }
+    report.comm_buffers += kWeightSlots * static_cast<int64_t>(weight_slot_bytes(
+                                              plan, lora ? &layouts.frozen_plan : nullptr,
+                                              frozen_dtype));
+  }
+  if (zero_stage >= 2) {
+    report.comm_buffers += kGradientSlots * plan.max_padded() * f32;
+    if (micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
+  }
+  return report;
+}
+
+std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
+    const LlamaConfig& config, const ModelOptions& options, const MeshShape& shape,
+    int zero_stage, int micro_batches, int64_t micro_batch_rows) {
+  using Kind = PlannedCollective::Kind;
+  const PlannedLayouts layouts = planned_layouts(config, options, shape, 0);
+  const ShardPlan& plan = layouts.plan;
+  const int data_world = shape.dp * shape.fsdp * shape.cp;
+  const int replicas = shape.dp * shape.cp;  // the engine's dp() axis
+  const int64_t m = micro_batches, f32 = sizeof(float);
+  int64_t numel = 0, padded = 0, shard = 0;
+  for (int g = 0; g < plan.group_count(); ++g) {
+    const GroupShard& s = plan.group(g);
+    if (s.numel == 0) continue;
+    numel += s.numel;
+    padded += s.padded;
+    shard += s.shard;
+  }
+  std::vector<PlannedCollective> out;
+  auto add = [&](const char* axis, const char* what, Kind kind, int ranks, int64_t bytes,
+                 bool overlapped, bool estimate = false) {
+    if (bytes > 0) out.push_back({axis, what, kind, ranks, bytes, overlapped, estimate});
+  };
+  // The token count (one word per rank) and the loss sums (one double per micro-batch).
+  add("data", "token count and loss sums", Kind::all_gather, data_world,
+      int64_t{data_world} * 8 * (1 + m), false);
+  if (zero_stage <= 1) {
+    if (data_world > 1)
+      add("data", "gradient all-reduce", Kind::all_reduce, data_world, m * numel * f32, true);
+    if (zero_stage == 1 && shape.fsdp > 1)
+      add("fsdp", "weight all-gather after the step", Kind::all_gather, shape.fsdp,
+          padded * f32, false);
+  } else {
+    add("data", "gradient reduce-scatter", Kind::reduce_scatter, data_world, m * padded * f32,
+        true);
+    if (replicas > 1)
+      add("dp", "gradient shard assembly", Kind::all_gather, replicas, m * shard * f32, true);
+    add("data", "running-sum gather", Kind::all_gather, data_world, (m - 1) * padded * f32,
+        true);
+  }
+  if (zero_stage == 3) {
+    // A train pass uses embedding, layers, head, layers in reverse, embedding. With three
+    // slots (the tied embedding pinned) backward finds one (tied) or two (untied) groups still
+    // cached after the head: n - 1 gathers either way (untied: n - 2 layers and the
+    // embedding). A later micro-batch of the step finds the last three groups of the previous
+    // backward still cached.
+    const int layers = config.n_layers;
+    const int64_t first = (layers + 2) + (layers - 1);
+    const int64_t later = first - std::min(3, layers + 2);
+    const int64_t gathers = first + (m - 1) * later;
+    // Bytes of one group's gather: its trainable part and (LoRA) its frozen base.
+    const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
+    auto gather_bytes = [&](int g) {
+      int64_t bytes = plan.group(g).numel > 0 ? plan.group(g).padded * f32 : 0;
+      if (layouts.frozen && layouts.frozen_plan.group(g).numel > 0)
+        bytes += layouts.frozen_plan.group(g).padded * static_cast<int64_t>(dtype_size(frozen_dtype));
+      return bytes;
+    };
+    // Every layer group has the same size; the embedding and head groups differ, so count
+    // the average group of a pass (exact for the first pass of a tied model).
+    int64_t pass_bytes = gather_bytes(kEmbeddingGroup) + gather_bytes(head_group(config));
+    for (int l = 0; l < layers; ++l) pass_bytes += 2 * gather_bytes(layer_group(l));
+    pass_bytes -= gather_bytes(layer_group(layers - 1));
+    const int64_t bytes = pass_bytes * gathers / first;
+    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp, bytes, true);
+  }
+  // Tensor parallelism (estimate): per layer and micro-batch, the row-parallel outputs are
+  // summed in forward and the column-parallel input gradients in backward, (N, C) f32 each,
+  // two of each per layer (attention, MLP); under sequence parallelism each sum becomes a
+  // reduce-scatter plus an all-gather of the inputs. Recomputation repeats the forward sums.
+  if (shape.tp > 1) {
+    const int64_t activation = micro_batch_rows * config.dim * f32;
+    const int64_t forward = 2 * config.n_layers + 1;  // + the vocabulary-parallel embedding
+    const int64_t backward = 2 * config.n_layers + 1;  // + the head's input gradient
+    const int64_t recompute = options.activation_checkpointing ? 2 * config.n_layers : 0;
+    const int64_t sums = m * (forward + backward + recompute);
+    if (options.tp.sequence_parallel) {
+      add("tp", "sequence-parallel reduce-scatter", Kind::reduce_scatter, shape.tp,
+          sums * activation, false, true);
+      add("tp", "sequence-parallel all-gather", Kind::all_gather, shape.tp,
+          sums * activation, false, true);
+    } else {
+      add("tp", "activation all-reduce", Kind::all_reduce, shape.tp, sums * activation, false,
+          true);
+    }
+  }
+  // Context parallelism (estimate): ring attention passes each rank's keys and values to the
+  // next rank cp - 1 times per layer in forward (again when recomputed), and in backward the
+  // keys and values with their f32 gradients.
+  if (shape.cp > 1) {
+    const LlamaConfig shard = tp_shard_config(config, shape.tp);
+    const int64_t kv = 2 * micro_batch_rows * shard.kv_dim();
+    const int64_t kv_bytes = kv * static_cast<int64_t>(dtype_size(options.compute_dtype));
+    const int64_t forward = options.activation_checkpointing ? 2 : 1;
+    const int64_t per_layer = (shape.cp - 1) * (forward * kv_bytes + kv_bytes + kv * f32);
+    // Each block is sent and received: both are counted.
+    add("cp", "ring attention exchange", Kind::exchange, shape.cp,
+        2 * m * config.n_layers * per_layer, true, true);
+  }
+  return out;
+}
+
+}  // namespace anvil
