@@ -142,9 +142,6 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
   if (zero_stage <= 1) {
     if (data_world > 1)
       add("data", "gradient all-reduce", Kind::all_reduce, data_world, m * numel * f32, true);
-    if (zero_stage == 1 && shape.fsdp > 1)
-      add("fsdp", "weight all-gather after the step", Kind::all_gather, shape.fsdp,
-          padded * f32, false);
   } else {
     add("data", "gradient reduce-scatter", Kind::reduce_scatter, data_world, m * padded * f32,
         true);
@@ -153,64 +150,69 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
     add("data", "running-sum gather", Kind::all_gather, data_world, (m - 1) * padded * f32,
         true);
   }
+  // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back.
+  if ((zero_stage == 1 || zero_stage == 2) && shape.fsdp > 1)
+    add("fsdp", "weight all-gather after the step", Kind::all_gather, shape.fsdp, padded * f32,
+        false);
   if (zero_stage == 3) {
-    // A train pass uses embedding, layers, head, layers in reverse, embedding. With three
-    // slots (the tied embedding pinned) backward finds one (tied) or two (untied) groups still
-    // cached after the head: n - 1 gathers either way (untied: n - 2 layers and the
-    // embedding). A later micro-batch of the step finds the last three groups of the previous
-    // backward still cached.
-    const int layers = config.n_layers;
-    const int64_t first = (layers + 2) + (layers - 1);
-    const int64_t later = first - std::min(3, layers + 2);
-    const int64_t gathers = first + (m - 1) * later;
-    // Bytes of one group's gather: its trainable part and (LoRA) its frozen base.
+    // A train pass uses embedding, layers, head, layers in reverse, embedding. Three slots
+    // (the tied embedding pinned), reused least recently taken first: after the head,
+    // backward finds the last layer (tied) or the last two (untied) still cached, and a tied
+    // embedding stays; so a pass gathers E, L0..Ln-1, H, then Ln-2..L0 (tied) or Ln-3..L0, E
+    // (untied). A later micro-batch of the step finds E, L0 and L1 still cached from the
+    // previous backward (derived from SlotPool's policy; the traffic test checks it).
     const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
-    auto gather_bytes = [&](int g) {
+    auto gather_bytes = [&](int g) {  // the group's trainable part and (LoRA) frozen base
       int64_t bytes = plan.group(g).numel > 0 ? plan.group(g).padded * f32 : 0;
       if (layouts.frozen && layouts.frozen_plan.group(g).numel > 0)
         bytes += layouts.frozen_plan.group(g).padded * static_cast<int64_t>(dtype_size(frozen_dtype));
       return bytes;
     };
-    // Every layer group has the same size; the embedding and head groups differ, so count
-    // the average group of a pass (exact for the first pass of a tied model).
-    int64_t pass_bytes = gather_bytes(kEmbeddingGroup) + gather_bytes(head_group(config));
-    for (int l = 0; l < layers; ++l) pass_bytes += 2 * gather_bytes(layer_group(l));
-    pass_bytes -= gather_bytes(layer_group(layers - 1));
-    const int64_t bytes = pass_bytes * gathers / first;
-    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp, bytes, true);
+    const int layers = config.n_layers;
+    const int64_t embedding = gather_bytes(kEmbeddingGroup);
+    const int64_t layer = layers > 0 ? gather_bytes(layer_group(0)) : 0;  // every layer alike
+    const int backward_layers = std::max(0, config.tie_embeddings ? layers - 1 : layers - 2);
+    const int64_t pass = embedding + int64_t{layers} * layer + gather_bytes(head_group(config)) +
+                         int64_t{backward_layers} * layer +
+                         (config.tie_embeddings ? 0 : embedding);
+    // (Untied with three layers the head's slot outlives L1's.)
+    const int cached_layers = config.tie_embeddings || layers >= 4 ? std::min(layers, 2) : 1;
+    const int64_t later = pass - embedding - cached_layers * layer;
+    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp, pass + (m - 1) * later, true);
   }
-  // Tensor parallelism (estimate): per layer and micro-batch, the row-parallel outputs are
-  // summed in forward and the column-parallel input gradients in backward, (N, C) f32 each,
-  // two of each per layer (attention, MLP); under sequence parallelism each sum becomes a
-  // reduce-scatter plus an all-gather of the inputs. Recomputation repeats the forward sums.
+  // Tensor parallelism (estimate, (N, C) f32 sums of one micro-batch each): the row-parallel
+  // outputs of attention and MLP in forward and the column-parallel input gradients in
+  // backward, plus the vocabulary-parallel embedding and head; under sequence parallelism a
+  // half-block gathers its input and reduce-scatters its output in forward, and in backward
+  // gathers the residual gradient and its input again and reduce-scatters the input gradient.
+  // Recomputation repeats the forward of every layer but the last.
   if (shape.tp > 1) {
+    const int64_t layers = config.n_layers;
     const int64_t activation = micro_batch_rows * config.dim * f32;
-    const int64_t forward = 2 * config.n_layers + 1;  // + the vocabulary-parallel embedding
-    const int64_t backward = 2 * config.n_layers + 1;  // + the head's input gradient
-    const int64_t recompute = options.activation_checkpointing ? 2 * config.n_layers : 0;
-    const int64_t sums = m * (forward + backward + recompute);
+    const int64_t recomputed = options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
     if (options.tp.sequence_parallel) {
-      add("tp", "sequence-parallel reduce-scatter", Kind::reduce_scatter, shape.tp,
-          sums * activation, false, true);
-      add("tp", "sequence-parallel all-gather", Kind::all_gather, shape.tp,
+      const int64_t sums = m * (10 * layers + 4 + 4 * recomputed);
+      add("tp", "sequence-parallel gathers and scatters", Kind::all_gather, shape.tp,
           sums * activation, false, true);
     } else {
+      const int64_t sums = m * (4 * layers + 2 + 2 * recomputed);
       add("tp", "activation all-reduce", Kind::all_reduce, shape.tp, sums * activation, false,
           true);
     }
   }
-  // Context parallelism (estimate): ring attention passes each rank's keys and values to the
-  // next rank cp - 1 times per layer in forward (again when recomputed), and in backward the
-  // keys and values with their f32 gradients.
+  // Context parallelism (estimate): ring attention passes each rank's keys and values on
+  // cp - 1 times per layer in forward (again when recomputed) and in backward, where the f32
+  // key/value gradients travel cp times (the last pass returns them to their owner).
   if (shape.cp > 1) {
     const LlamaConfig shard = tp_shard_config(config, shape.tp);
+    const int64_t layers = config.n_layers;
     const int64_t kv = 2 * micro_batch_rows * shard.kv_dim();
     const int64_t kv_bytes = kv * static_cast<int64_t>(dtype_size(options.compute_dtype));
-    const int64_t forward = options.activation_checkpointing ? 2 : 1;
-    const int64_t per_layer = (shape.cp - 1) * (forward * kv_bytes + kv_bytes + kv * f32);
-    // Each block is sent and received: both are counted.
-    add("cp", "ring attention exchange", Kind::exchange, shape.cp,
-        2 * m * config.n_layers * per_layer, true, true);
+    const int64_t recomputed = options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
+    const int64_t blocks = (shape.cp - 1) * kv_bytes * (2 * layers + recomputed) +
+                           int64_t{shape.cp} * kv * f32 * layers;
+    // Each block is counted once sent and once received.
+    add("cp", "ring attention exchange", Kind::exchange, shape.cp, 2 * m * blocks, true, true);
   }
   return out;
 }
