@@ -162,18 +162,19 @@ class DataParallelEngine final : private GroupHooks {
 
   // Planning (engine_plan.cpp): what a run would hold and send, from the shard plans and the
   // model's planned_memory alone, allocating nothing. `options` are the run's model options
-  // before model_options(); `shape` and `zero_stage` the mesh; `micro_batches` per step.
-  // Returns the memory() that data rank `data_rank` (rank 0 holds the most) would report.
+  // before model_options(); `parallel` and `world` what the DeviceMesh is built from;
+  // `micro_batches` per step. Returns the memory() data rank `data_rank` would report (rank
+  // 0 holds the most).
   static MemoryReport planned_memory(const LlamaConfig& config, const ModelOptions& options,
-                                     const MeshShape& shape, int zero_stage, int micro_batches,
-                                     int data_rank = 0);
+                                     const ParallelSettings& parallel, int world,
+                                     int micro_batches, int data_rank = 0);
   // Returns the collectives one optimizer step runs on data rank 0, by axis and kind, with
   // the payload bytes the mesh's counting communicators would count (MeshTraffic);
   // `micro_batch_rows` is one micro-batch's rows on a rank (batch x seq_len / cp).
   static std::vector<PlannedCollective> planned_collectives(const LlamaConfig& config,
                                                             const ModelOptions& options,
-                                                            const MeshShape& shape,
-                                                            int zero_stage, int micro_batches,
+                                                            const ParallelSettings& parallel,
+                                                            int world, int micro_batches,
                                                             int64_t micro_batch_rows);
 
  private:
@@ -187,6 +188,11 @@ class DataParallelEngine final : private GroupHooks {
   static size_t frozen_slot_offset(const ShardPlan& plan);
   static size_t weight_slot_bytes(const ShardPlan& plan, const ShardPlan* frozen_plan,
                                   DType frozen_dtype);
+  // Returns the bytes one step's stage-3 weight gathers move, playing the train passes of
+  // `micro_batches` micro-batches through the slot choices of acquire/release/prefetch;
+  // `group_bytes` is one gather of a group.
+  static int64_t stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
+                                     const std::function<int64_t(int)>& group_bytes);
 
   struct GroupStorage {
     Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model

@@ -5,6 +5,7 @@
 // test compares them with the counting communicators); the model's own tensor- and
 // context-parallel exchanges are estimates from the block structure.
 #include <algorithm>
+#include <functional>
 
 #include "model/llama_parameters.h"
 #include "model/lora.h"
@@ -19,11 +20,12 @@ constexpr size_t kSlotAlignment = 64;
 // Returns `options` as the engine builds its model on a rank of `shape` (rank 0 of tp and cp;
 // the collectives are not needed to plan).
 ModelOptions mesh_model_options(const ModelOptions& options, const MeshShape& shape,
-                                int zero_stage) {
-  ModelOptions model = DataParallelEngine::model_options(options, zero_stage);
+                                const ParallelSettings& parallel) {
+  ModelOptions model = DataParallelEngine::model_options(options, parallel.zero_stage);
   model.tp.size = shape.tp;
   model.tp.rank = 0;
   model.tp.ops = nullptr;
+  model.tp.sequence_parallel = parallel.sequence_parallel;
   model.cp.size = shape.cp;
   model.cp.rank = 0;
   model.cp.ops = nullptr;
@@ -71,10 +73,12 @@ size_t DataParallelEngine::weight_slot_bytes(const ShardPlan& plan, const ShardP
 
 MemoryReport DataParallelEngine::planned_memory(const LlamaConfig& config,
                                                 const ModelOptions& options,
-                                                const MeshShape& shape, int zero_stage,
+                                                const ParallelSettings& parallel, int world,
                                                 int micro_batches, int data_rank) {
+  const MeshShape shape = resolve_mesh_shape(parallel, world);
+  const int zero_stage = parallel.zero_stage;
   const ModelMemory model =
-      LlamaModel::planned_memory(config, mesh_model_options(options, shape, zero_stage));
+      LlamaModel::planned_memory(config, mesh_model_options(options, shape, parallel));
   MemoryReport report;
   report.frozen = static_cast<int64_t>(model.frozen);
   report.weights = static_cast<int64_t>(model.trainable);
@@ -114,10 +118,75 @@ MemoryReport DataParallelEngine::planned_memory(const LlamaConfig& config,
   return report;
 }
 
+int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
+                                                const std::function<int64_t(int)>& group_bytes) {
+  // The engine's slots as SlotPool keeps them: a slot not in use is reused least recently
+  // taken first (SlotPool::pick). Gathers complete before the next hook in this account, and
+  // that does not change which slot is picked: the only slot with a gather in flight at a
+  // prefetch is the one the prefetch itself fills.
+  struct Slot {
+    int group = -1;
+    bool in_use = false;
+    uint64_t last_taken = 0;
+  };
+  std::vector<Slot> slots(kWeightSlots);
+  uint64_t clock = 0;
+  int64_t total = 0;
+  auto find = [&](int group) {
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (slots[s].group == group) return static_cast<int>(s);
+    return -1;
+  };
+  auto take = [&](int group) {
+    int best = -1;
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].in_use) continue;
+      if (best < 0 || slots[s].last_taken < slots[static_cast<size_t>(best)].last_taken)
+        best = static_cast<int>(s);
+    }
+    if (best < 0) return best;
+    slots[static_cast<size_t>(best)].group = group;
+    slots[static_cast<size_t>(best)].last_taken = ++clock;
+    total += group_bytes(group);
+    return best;
+  };
+  // begin_pass(train)'s use order, and the hooks of forward_backward (GroupHooks).
+  const int layers = config.n_layers, head = head_group(config);
+  std::vector<int> uses = {kEmbeddingGroup};
+  for (int l = 0; l < layers; ++l) uses.push_back(layer_group(l));
+  uses.push_back(head);
+  for (int l = layers - 1; l >= 0; --l) uses.push_back(layer_group(l));
+  uses.push_back(kEmbeddingGroup);
+  for (int m = 0; m < micro_batches; ++m) {
+    size_t position = 0;
+    auto acquire = [&](int group) {
+      while (position < uses.size() && uses[position] != group) ++position;
+      if (position < uses.size()) ++position;
+      int slot = find(group);
+      if (slot < 0) slot = take(group);
+      slots[static_cast<size_t>(slot)].in_use = true;
+      if (position < uses.size() && find(uses[position]) < 0) take(uses[position]);  // prefetch
+    };
+    auto release = [&](int group) {
+      if (config.tie_embeddings && group == kEmbeddingGroup) return;  // pinned for the pass
+      const int slot = find(group);
+      if (slot >= 0) slots[static_cast<size_t>(slot)].in_use = false;
+    };
+    for (const int group : uses) {
+      acquire(group);
+      release(group);
+    }
+    for (Slot& slot : slots) slot.in_use = false;  // end_pass
+  }
+  return total;
+}
+
 std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
-    const LlamaConfig& config, const ModelOptions& options, const MeshShape& shape,
-    int zero_stage, int micro_batches, int64_t micro_batch_rows) {
+    const LlamaConfig& config, const ModelOptions& options, const ParallelSettings& parallel,
+    int world, int micro_batches, int64_t micro_batch_rows) {
   using Kind = PlannedCollective::Kind;
+  const MeshShape shape = resolve_mesh_shape(parallel, world);
+  const int zero_stage = parallel.zero_stage;
   const PlannedLayouts layouts = planned_layouts(config, options, shape, 0);
   const ShardPlan& plan = layouts.plan;
   const int data_world = shape.dp * shape.fsdp * shape.cp;
@@ -155,30 +224,15 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
     add("fsdp", "weight all-gather after the step", Kind::all_gather, shape.fsdp, padded * f32,
         false);
   if (zero_stage == 3) {
-    // A train pass uses embedding, layers, head, layers in reverse, embedding. Three slots
-    // (the tied embedding pinned), reused least recently taken first: after the head,
-    // backward finds the last layer (tied) or the last two (untied) still cached, and a tied
-    // embedding stays; so a pass gathers E, L0..Ln-1, H, then Ln-2..L0 (tied) or Ln-3..L0, E
-    // (untied). A later micro-batch of the step finds E, L0 and L1 still cached from the
-    // previous backward (derived from SlotPool's policy; the traffic test checks it).
     const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
-    auto gather_bytes = [&](int g) {  // the group's trainable part and (LoRA) frozen base
-      int64_t bytes = plan.group(g).numel > 0 ? plan.group(g).padded * f32 : 0;
+    const int64_t bytes = stage3_gather_bytes(config, micro_batches, [&](int g) {
+      // A group's gather: its trainable part and (LoRA) its frozen base.
+      int64_t b = plan.group(g).numel > 0 ? plan.group(g).padded * f32 : 0;
       if (layouts.frozen && layouts.frozen_plan.group(g).numel > 0)
-        bytes += layouts.frozen_plan.group(g).padded * static_cast<int64_t>(dtype_size(frozen_dtype));
-      return bytes;
-    };
-    const int layers = config.n_layers;
-    const int64_t embedding = gather_bytes(kEmbeddingGroup);
-    const int64_t layer = layers > 0 ? gather_bytes(layer_group(0)) : 0;  // every layer alike
-    const int backward_layers = std::max(0, config.tie_embeddings ? layers - 1 : layers - 2);
-    const int64_t pass = embedding + int64_t{layers} * layer + gather_bytes(head_group(config)) +
-                         int64_t{backward_layers} * layer +
-                         (config.tie_embeddings ? 0 : embedding);
-    // (Untied with three layers the head's slot outlives L1's.)
-    const int cached_layers = config.tie_embeddings || layers >= 4 ? std::min(layers, 2) : 1;
-    const int64_t later = pass - embedding - cached_layers * layer;
-    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp, pass + (m - 1) * later, true);
+        b += layouts.frozen_plan.group(g).padded * static_cast<int64_t>(dtype_size(frozen_dtype));
+      return b;
+    });
+    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp, bytes, true);
   }
   // Tensor parallelism (estimate, (N, C) f32 sums of one micro-batch each): the row-parallel
   // outputs of attention and MLP in forward and the column-parallel input gradients in
@@ -190,7 +244,7 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
     const int64_t layers = config.n_layers;
     const int64_t activation = micro_batch_rows * config.dim * f32;
     const int64_t recomputed = options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
-    if (options.tp.sequence_parallel) {
+    if (parallel.sequence_parallel) {
       const int64_t sums = m * (10 * layers + 4 + 4 * recomputed);
       add("tp", "sequence-parallel gathers and scatters", Kind::all_gather, shape.tp,
           sums * activation, false, true);

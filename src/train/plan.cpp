@@ -112,7 +112,7 @@ double executed_flops_per_token(const TrainConfig& config, const LlamaConfig& ll
 }
 
 StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
-                            const ModelOptions& options, const MeshShape& shape, int stage,
+                            const ModelOptions& options, const MeshShape& shape,
                             const PlanSettings& settings, int64_t adapter_params,
                             const MemoryByCategory& host) {
   const HardwareProfile& hw = settings.hardware;
@@ -128,7 +128,8 @@ StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
   t.compute_s = t.flops_per_device / (t.peak_tflops * 1e12 * t.efficiency);
 
   for (const PlannedCollective& c : DataParallelEngine::planned_collectives(
-           llama, options, shape, stage, micro_batches, micro_batch * seq / shape.cp)) {
+           llama, options, parallel_settings_from(config.parallel), world, micro_batches,
+           micro_batch * seq / shape.cp)) {
     PlannedTransfer transfer;
     transfer.collective = c;
     transfer.inter_node = axis_extent(c.axis, shape) > hw.devices_per_node;
@@ -273,8 +274,9 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   const ModelOptions options = model_options_from(config);
   const int micro_batches = static_cast<int>(config.training.grad_accum);
 
-  plan.device = categories_of(DataParallelEngine::planned_memory(llama, options, plan.shape,
-                                                                 plan.zero_stage, micro_batches));
+  const ParallelSettings parallel = parallel_settings_from(config.parallel);
+  plan.device = categories_of(DataParallelEngine::planned_memory(llama, options, parallel,
+                                                                 plan.world, micro_batches));
   if (plan.offload) apply_offload(plan.zero_stage, plan.device, plan.host);
   plan.device_total = sum(plan.device);
   plan.host_total = sum(plan.host);
@@ -286,8 +288,8 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
       options.lora.enabled() ? make_lora_layout(llama, options.lora)->total_params() : 0;
   plan.trainable = options.lora.enabled() ? adapter_params : llama.param_count();
   plan.parameters = llama.param_count() + adapter_params;
-  plan.time = plan_step_time(config, llama, options, plan.shape, plan.zero_stage, settings,
-                             adapter_params, plan.host);
+  plan.time =
+      plan_step_time(config, llama, options, plan.shape, settings, adapter_params, plan.host);
   return plan;
 }
 
