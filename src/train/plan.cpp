@@ -391,9 +391,10 @@ std::vector<Plan> fit_meshes(const TrainConfig& config, const PlanSettings& sett
                gib(static_cast<int64_t>(static_cast<double>(settings.hardware.memory_bytes) *
                                         (1.0 - settings.reserve))),
                gib(settings.hardware.memory_bytes),
-               remedies.empty() ? std::string("; none of activation checkpointing, ZeRO-3, "
-                                              "offload, bf16, LoRA, shorter sequences or up to "
-                                              "1024x the devices would fit either")
+               remedies.empty() ? std::string("; no single change tried (activation "
+                                              "checkpointing, ZeRO-3, offload, bf16, LoRA, "
+                                              "shorter sequences, up to 1024x the devices) "
+                                              "would fit either")
                                 : "; it would fit with" + remedy_text.substr(1));
   }
   std::stable_sort(fitting.begin(), fitting.end(), [](const Plan& a, const Plan& b) {

@@ -200,7 +200,7 @@ std::string plan_text(const Plan& plan, const PlanSettings& settings,
   for (const std::string& line : suggestions) out += "  would fit with " + line + "\n";
   const StepTimePlan& t = plan.time;
   out += fmt::format("step time: {:.3g} s = compute {:.3g} s ({:.3g} TFLOP per device at {:.0f}% "
-                     "of {}) + exposed communication {:.3g} s; {:.4g} tokens/s\n",
+                     "of {}) + exposed communication {:.3g} s; {:.0f} tokens/s\n",
                      t.step_s, t.compute_s, t.flops_per_device / 1e12, 100 * t.efficiency,
                      rate_text(t.peak_tflops), t.exposed_comm_s, t.tokens_per_s);
   if (!t.transfers.empty()) {
@@ -237,7 +237,7 @@ std::string fit_text(const std::vector<Plan>& plans, const PlanSettings& setting
                      "ZeRO", "micro-batch", "peak GiB", "step s", "tokens/s");
   int rank = 1;
   for (const Plan& plan : plans) {
-    out += fmt::format("  {:>4}  {:<36} {:>5} {:>11} {:>10.2f} {:>10.3g} {:>12.4g}\n", rank++,
+    out += fmt::format("  {:>4}  {:<36} {:>5} {:>11} {:>10.2f} {:>10.3g} {:>12.0f}\n", rank++,
                        mesh_text(plan), plan.zero_stage, plan.config.training.batch_size,
                        in_gib(plan.device_total), plan.time.step_s, plan.time.tokens_per_s);
   }
