@@ -75,7 +75,8 @@ void LlamaModel::check_options(const LlamaConfig& shard_config, const ModelOptio
               dtype_name(options.compute_dtype));
   ANVIL_CHECK(options.max_batch >= 1, "[model] max_batch must be at least 1, got {}",
               options.max_batch);
-  ANVIL_CHECK(options.max_seq >= 1 && int64_t{options.max_seq} * cp.size <= shard_config.max_seq_len,
+  ANVIL_CHECK(options.max_seq >= 1 &&
+                  int64_t{options.max_seq} * cp.size <= shard_config.max_seq_len,
               "[model] max_seq {} (x cp {}) must be in 1..max_seq_len ({})", options.max_seq,
               cp.size, shard_config.max_seq_len);
   ANVIL_CHECK(options.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
@@ -84,7 +85,8 @@ void LlamaModel::check_options(const LlamaConfig& shard_config, const ModelOptio
     validate_lora_options(options.lora);
     const DType base_dtype = frozen_base_dtype(options);
     ANVIL_CHECK(base_dtype == DType::f32 || base_dtype == DType::bf16,
-                "[model] a frozen LoRA base is held in f32 or bf16, got {}", dtype_name(base_dtype));
+                "[model] a frozen LoRA base is held in f32 or bf16, got {}",
+                dtype_name(base_dtype));
     ANVIL_CHECK(base_dtype == DType::f32 || options.compute_dtype == DType::bf16,
                 "[model] a bf16 LoRA base is a GEMM operand as it is, so the model must compute "
                 "in bf16 (compute dtype is {})",

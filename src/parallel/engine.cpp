@@ -122,8 +122,8 @@ void DataParallelEngine::allocate_state(int micro_batches) {
         if (shard > 0) backend.fill_zero(frozen_shard(g));
       }
     }
-    weight_slots_ =
-        SlotPool(backend, kWeightSlots, weight_slot_bytes(plan_, lora_ ? &frozen_plan_ : nullptr, dtype));
+    weight_slots_ = SlotPool(backend, kWeightSlots,
+                             weight_slot_bytes(plan_, lora_ ? &frozen_plan_ : nullptr, dtype));
   }
   if (stage_ >= 2) {
     gradient_slots_ = SlotPool(backend, kGradientSlots, plan_.max_padded());

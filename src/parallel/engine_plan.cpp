@@ -105,7 +105,8 @@ MemoryReport DataParallelEngine::planned_memory(const LlamaConfig& config,
   if (zero_stage == 3) {
     if (lora) {
       for (int g = 0; g < layouts.frozen_plan.group_count(); ++g)
-        report.frozen += layouts.frozen_plan.group(g).shard * static_cast<int64_t>(dtype_size(frozen_dtype));
+        report.frozen += layouts.frozen_plan.group(g).shard *
+                         static_cast<int64_t>(dtype_size(frozen_dtype));
     }
     report.comm_buffers += kWeightSlots * static_cast<int64_t>(weight_slot_bytes(
                                               plan, lora ? &layouts.frozen_plan : nullptr,
@@ -243,7 +244,8 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
   if (shape.tp > 1) {
     const int64_t layers = config.n_layers;
     const int64_t activation = micro_batch_rows * config.dim * f32;
-    const int64_t recomputed = options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
+    const int64_t recomputed =
+        options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
     if (parallel.sequence_parallel) {
       const int64_t sums = m * (10 * layers + 4 + 4 * recomputed);
       add("tp", "sequence-parallel gathers and scatters", Kind::all_gather, shape.tp,
@@ -262,7 +264,8 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
     const int64_t layers = config.n_layers;
     const int64_t kv = 2 * micro_batch_rows * shard.kv_dim();
     const int64_t kv_bytes = kv * static_cast<int64_t>(dtype_size(options.compute_dtype));
-    const int64_t recomputed = options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
+    const int64_t recomputed =
+        options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
     const int64_t blocks = (shape.cp - 1) * kv_bytes * (2 * layers + recomputed) +
                            int64_t{shape.cp} * kv * f32 * layers;
     // Each block is counted once sent and once received.

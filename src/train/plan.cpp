@@ -5,13 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 
 #include "core/error.h"
-#include "model/llama_parameters.h"
 #include "model/lora.h"
-#include "train/base_model.h"
 #include "train/model_setup.h"
 
 namespace anvil {
@@ -163,7 +160,9 @@ StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
   return t;
 }
 
-std::string gib(int64_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / kGiB); }
+std::string gib(int64_t bytes) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / kGiB);
+}
 
 // A configuration with auto dp and fsdp (so a different world size resolves).
 TrainConfig with_auto_mesh(TrainConfig config) {

@@ -105,9 +105,8 @@ class PlanAgainstRuns : public ::testing::Test {
       std::string flags = tiny + " " + c.flags;
       if (c.lora) flags += " --lora.r=8 --model.init_from=" + base.string();
       const std::string train = "train " + flags + " --threads 1 --run-dir " + run.string();
-      const auto result = c.ranks == 1
-                              ? run_anvil(train)
-                              : run_anvil("launch --nproc " + std::to_string(c.ranks) + " -- " + train);
+      const std::string launch = "launch --nproc " + std::to_string(c.ranks) + " -- ";
+      const auto result = run_anvil(c.ranks == 1 ? train : launch + train);
       r.log = result.output;
       r.trained = result.exit_code == 0;
       if (!r.trained) continue;
@@ -115,7 +114,8 @@ class PlanAgainstRuns : public ::testing::Test {
       std::ifstream metrics(run / "metrics.jsonl");
       for (std::string line; std::getline(metrics, line);) {
         const auto record = nlohmann::json::parse(line, nullptr, false);
-        if (!record.is_discarded() && record.value("type", "") == "train") r.last_train_record = record;
+        if (!record.is_discarded() && record.value("type", "") == "train")
+          r.last_train_record = record;
       }
       std::ifstream sharding(run / "sharding.json");
       r.sharding = nlohmann::json::parse(sharding, nullptr, false);
@@ -263,7 +263,8 @@ TEST(PlanCli, JsonIsOneLineAndErrorsAreOneLine) {
 }
 
 TEST(PlanCli, FitRanksMeshesOrSaysWhatWouldFit) {
-  const std::string preset = std::string("--config ") + ANVIL_TEST_DATA + "/../configs/llama3-8b.toml";
+  const std::string preset =
+      std::string("--config ") + ANVIL_TEST_DATA + "/../configs/llama3-8b.toml";
   const auto fit = run_anvil("plan " + preset + " --hardware h100 --nproc 8 --fit");
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   EXPECT_NE(fit.output.find("meshes of 8 x NVIDIA H100"), std::string::npos) << fit.output;

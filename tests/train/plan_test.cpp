@@ -268,14 +268,17 @@ TEST(PlanFit, RanksFittingMeshesAtTheirLargestMicroBatch) {
     const Plan& plan = plans[i];
     EXPECT_TRUE(plan.fits);
     EXPECT_EQ(plan.shape.dp * plan.shape.fsdp * plan.shape.tp * plan.shape.cp, 8);
-    if (i > 0) EXPECT_LE(plan.time.tokens_per_s, plans[i - 1].time.tokens_per_s);
+    if (i > 0) {
+      EXPECT_LE(plan.time.tokens_per_s, plans[i - 1].time.tokens_per_s);
+    }
     TrainConfig bigger = plan.config;
     ++bigger.training.batch_size;
     EXPECT_FALSE(make_plan(bigger, settings).fits) << "micro-batch " << bigger.training.batch_size;
   }
   // tp must divide the 8 kv heads, FFN and vocabulary: tp 8 is allowed, and no mesh with a
   // tp of 3 or more than 8 exists for 8 devices anyway; ZeRO-3 allows every fsdp.
-  EXPECT_TRUE(std::any_of(plans.begin(), plans.end(), [](const Plan& p) { return p.shape.tp == 8; }));
+  EXPECT_TRUE(
+      std::any_of(plans.begin(), plans.end(), [](const Plan& p) { return p.shape.tp == 8; }));
 }
 
 // ---- --json ------------------------------------------------------------------------------
