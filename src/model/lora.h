@@ -158,11 +158,6 @@ class LoraAdapters {
   // (step, micro-batch) being trained.
   LoraLayerStep step(int layer, int64_t rows, int set, bool training,
                      uint64_t dropout_stream) const;
-  // Returns the bytes of the f32 parameters, of their compute copies, and of the gradients
-  // (as laid out, whether or not the adapters own them).
-  size_t parameter_bytes() const;
-  size_t compute_copy_bytes() const;
-  size_t gradient_bytes() const;
 
  private:
   LlamaConfig config_;

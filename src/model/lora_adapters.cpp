@@ -124,18 +124,4 @@ LoraLayerStep LoraAdapters::step(int layer, int64_t rows, int set, bool training
   return s;
 }
 
-size_t LoraAdapters::parameter_bytes() const {
-  size_t bytes = 0;
-  for (int g = 0; g < layout_->group_count(); ++g)
-    bytes += static_cast<size_t>(layout_->group_numel(g)) * sizeof(float);
-  return bytes;
-}
-
-size_t LoraAdapters::compute_copy_bytes() const {
-  if (compute_dtype_ == DType::f32) return 0;
-  return parameter_bytes() / sizeof(float) * dtype_size(compute_dtype_);
-}
-
-size_t LoraAdapters::gradient_bytes() const { return parameter_bytes(); }
-
 }  // namespace anvil

@@ -23,8 +23,6 @@ class Bf16BaseViews {
   void refresh(int group, const LlamaWeights& stored);
   // Returns the views the blocks compute with.
   const LlamaWeights& views() const { return views_; }
-  // Returns the bytes of the norm copies.
-  size_t bytes() const { return norms_.bytes(); }
   // Returns the bytes the norm copies of a model of `config` take.
   static size_t planned_bytes(const LlamaConfig& config);
 
