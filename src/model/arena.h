@@ -1,7 +1,8 @@
 // Arena: one device allocation carved into many tensors, made once when a model is built.
 // build() runs a carve function twice: first to measure (views have null data), then, after
 // the single allocation, to hand out real views at the same offsets. Nothing is freed or
-// allocated afterwards, so a training step performs no allocation at all.
+// allocated afterwards, so a training step performs no allocation at all. measure() runs only
+// the first pass, which is how `anvil plan` sizes an arena without allocating it.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,15 @@ class Arena {
     measuring_ = false;
     offset_ = 0;
     carve(*this);
+  }
+
+  // Returns the bytes build() would allocate for `carve`, allocating nothing (the views
+  // `carve` receives have null data).
+  template <typename CarveFn>
+  static size_t measure(CarveFn&& carve) {
+    Arena arena;
+    carve(arena);
+    return arena.offset_ > 0 ? arena.offset_ : kAlignment;
   }
 
   // Returns the next view of `shape`, aligned to kAlignment bytes (null data while measuring).

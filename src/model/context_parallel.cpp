@@ -198,25 +198,68 @@ bool cp_block_may_be_visible(const AttentionParams& params, int64_t q_begin, int
   return k_last > q_begin - params.window && k_begin < q_last + params.window;
 }
 
-ContextParallelScratch::ContextParallelScratch(Backend& backend, const LlamaConfig& shard_config,
-                                               int cp, int max_batch, int64_t max_local_seq,
-                                               DType compute_dtype) {
+namespace {
+
+// Element counts of the scratch buffers (ContextParallelScratch's members, in order).
+struct ScratchElements {
+  int64_t kv, grad_kv, grad_kv_step, chunks, partial, partial_f32, partial_lse, accum, doc_ids;
+};
+
+ScratchElements scratch_elements(const LlamaConfig& shard_config, int cp, int max_batch,
+                                 int64_t max_local_seq) {
   const int64_t head_dim = shard_config.resolved_head_dim();
   const int64_t q_row = int64_t{shard_config.n_heads} * head_dim;
   const int64_t kv_row = int64_t{shard_config.n_kv_heads} * head_dim;
   const int64_t rows = int64_t{max_batch} * max_local_seq, half_rows = rows / 2;
+  return {2 * rows * kv_row,
+          2 * rows * kv_row,
+          2 * rows * kv_row,
+          half_rows * (6 * q_row + 2 * kv_row),
+          half_rows * (q_row + 2 * kv_row),
+          half_rows * q_row,
+          half_rows * shard_config.n_heads,
+          2 * half_rows * q_row,
+          rows * cp};
+}
+
+}  // namespace
+
+ContextParallelScratch::ContextParallelScratch(Backend& backend, const LlamaConfig& shard_config,
+                                               int cp, int max_batch, int64_t max_local_seq,
+                                               DType compute_dtype) {
+  const ScratchElements e = scratch_elements(shard_config, cp, max_batch, max_local_seq);
   // The blocks that travel the ring are communication buffers; the rest is workspace.
   constexpr MemoryCategory comm = MemoryCategory::communication;
   constexpr MemoryCategory work = MemoryCategory::workspace;
-  for (Buffer& b : kv) b = buffer_of(backend, 2 * rows * kv_row, compute_dtype, comm);
-  for (Buffer& b : grad_kv) b = buffer_of(backend, 2 * rows * kv_row, DType::f32, comm);
-  grad_kv_step = buffer_of(backend, 2 * rows * kv_row, DType::f32, work);
-  chunks = buffer_of(backend, half_rows * (6 * q_row + 2 * kv_row), compute_dtype, work);
-  partial = buffer_of(backend, half_rows * (q_row + 2 * kv_row), compute_dtype, work);
-  partial_f32 = buffer_of(backend, half_rows * q_row, DType::f32, work);
-  partial_lse = buffer_of(backend, half_rows * shard_config.n_heads, DType::f32, work);
-  accum = buffer_of(backend, 2 * half_rows * q_row, DType::f32, work);
-  doc_ids = buffer_of(backend, rows * cp, DType::i32, work);
+  for (Buffer& b : kv) b = buffer_of(backend, e.kv, compute_dtype, comm);
+  for (Buffer& b : grad_kv) b = buffer_of(backend, e.grad_kv, DType::f32, comm);
+  grad_kv_step = buffer_of(backend, e.grad_kv_step, DType::f32, work);
+  chunks = buffer_of(backend, e.chunks, compute_dtype, work);
+  partial = buffer_of(backend, e.partial, compute_dtype, work);
+  partial_f32 = buffer_of(backend, e.partial_f32, DType::f32, work);
+  partial_lse = buffer_of(backend, e.partial_lse, DType::f32, work);
+  accum = buffer_of(backend, e.accum, DType::f32, work);
+  doc_ids = buffer_of(backend, e.doc_ids, DType::i32, work);
+}
+
+size_t ContextParallelScratch::planned_bytes(const LlamaConfig& shard_config, int cp,
+                                             int max_batch, int64_t max_local_seq,
+                                             DType compute_dtype) {
+  const ScratchElements e = scratch_elements(shard_config, cp, max_batch, max_local_seq);
+  const size_t compute = dtype_size(compute_dtype), f32 = sizeof(float);
+  return static_cast<size_t>(2 * e.kv + e.chunks + e.partial) * compute +
+         static_cast<size_t>(2 * e.grad_kv + e.grad_kv_step + e.partial_f32 + e.partial_lse +
+                             e.accum) *
+             f32 +
+         static_cast<size_t>(e.doc_ids) * dtype_size(DType::i32);
+}
+
+size_t ContextParallelScratch::bytes() const {
+  size_t total = grad_kv_step.bytes() + chunks.bytes() + partial.bytes() + partial_f32.bytes() +
+                 partial_lse.bytes() + accum.bytes() + doc_ids.bytes();
+  for (const Buffer& b : kv) total += b.bytes();
+  for (const Buffer& b : grad_kv) total += b.bytes();
+  return total;
 }
 
 void cp_attention_forward(Backend& backend, const ContextParallel& cp,

@@ -82,6 +82,11 @@ struct ContextParallelScratch {
   ContextParallelScratch() = default;
   ContextParallelScratch(Backend& backend, const LlamaConfig& shard_config, int cp,
                          int max_batch, int64_t max_local_seq, DType compute_dtype);
+  // Returns the total bytes held.
+  size_t bytes() const;
+  // Returns the bytes the constructor with these arguments allocates.
+  static size_t planned_bytes(const LlamaConfig& shard_config, int cp, int max_batch,
+                              int64_t max_local_seq, DType compute_dtype);
 
   Buffer kv[2];          // key+value blocks arriving from the ring (compute dtype)
   Buffer grad_kv[2];     // the travelling dK+dV accumulators (f32)

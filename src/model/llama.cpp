@@ -50,58 +50,94 @@ void check_batch_tensor(const Tensor& t, const Shape& shape, DType dtype, const 
 
 }  // namespace
 
+ModelOptions LlamaModel::resolved_options(const LlamaConfig& config, ModelOptions options) {
+  if (options.max_seq == 0) options.max_seq = config.max_seq_len / std::max(1, options.cp.size);
+  return options;
+}
+
+DType LlamaModel::frozen_base_dtype(const ModelOptions& options) {
+  if (!options.lora.enabled()) return DType::f32;
+  return options.lora_base_dtype.value_or(options.compute_dtype);
+}
+
+void LlamaModel::check_options(const LlamaConfig& shard_config, const ModelOptions& options) {
+  shard_config.validate();
+  const TensorParallel& tp = options.tp;
+  ANVIL_CHECK(tp.rank >= 0 && tp.rank < tp.size, "[model] tp rank {} outside 0..{}", tp.rank,
+              tp.size - 1);
+  ANVIL_CHECK(!tp.sequence_parallel || tp.enabled(),
+              "[model] sequence parallelism splits the sequence over tp ranks; it needs tp > 1");
+  const ContextParallel& cp = options.cp;
+  ANVIL_CHECK(cp.rank >= 0 && cp.rank < cp.size, "[model] cp rank {} outside 0..{}", cp.rank,
+              cp.size - 1);
+  ANVIL_CHECK(options.compute_dtype == DType::f32 || options.compute_dtype == DType::bf16 ||
+                  options.compute_dtype == DType::f16,
+              "[model] compute dtype must be f32, bf16 or f16, got {}",
+              dtype_name(options.compute_dtype));
+  ANVIL_CHECK(options.max_batch >= 1, "[model] max_batch must be at least 1, got {}",
+              options.max_batch);
+  ANVIL_CHECK(options.max_seq >= 1 &&
+                  int64_t{options.max_seq} * cp.size <= shard_config.max_seq_len,
+              "[model] max_seq {} (x cp {}) must be in 1..max_seq_len ({})", options.max_seq,
+              cp.size, shard_config.max_seq_len);
+  ANVIL_CHECK(options.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
+              options.logits_chunk_rows);
+  if (options.lora.enabled()) {
+    validate_lora_options(options.lora);
+    const DType base_dtype = frozen_base_dtype(options);
+    ANVIL_CHECK(base_dtype == DType::f32 || base_dtype == DType::bf16,
+                "[model] a frozen LoRA base is held in f32 or bf16, got {}",
+                dtype_name(base_dtype));
+    ANVIL_CHECK(base_dtype == DType::f32 || options.compute_dtype == DType::bf16,
+                "[model] a bf16 LoRA base is a GEMM operand as it is, so the model must compute "
+                "in bf16 (compute dtype is {})",
+                dtype_name(options.compute_dtype));
+  } else {
+    ANVIL_CHECK(!options.lora_base_dtype, "[model] lora_base_dtype is set, but LoRA is off");
+  }
+  // Dropout masks are drawn per local row; the cp ranks' rows would share them.
+  ANVIL_CHECK(!cp.enabled() || !options.lora.enabled() || options.lora.dropout == 0.0f,
+              "[model] LoRA dropout is not supported under context parallelism yet (cp = {}); "
+              "set lora.dropout = 0",
+              cp.size);
+}
+
+void LlamaModel::carve_arena(Arena& arena, const LlamaConfig& shard_config,
+                             const ModelOptions& options, ModelActivations& acts,
+                             LoraActivations& lora, Tensor& norm_grad_sink,
+                             VocabParallelScratch& vocab_parallel) {
+  const int64_t max_rows = int64_t{options.max_batch} * options.max_seq;
+  int64_t chunk = options.logits_chunk_rows;
+  if (chunk == 0) chunk = std::max<int64_t>(1, kLogitsChunkElements / shard_config.vocab_size);
+  chunk = std::min(chunk, max_rows);
+  const int layer_sets = options.activation_checkpointing ? 1 : shard_config.n_layers;
+  const TensorParallel& tp = options.tp;
+  acts.carve(arena, shard_config, options.max_batch, max_rows, layer_sets, chunk,
+             options.compute_dtype, tp.splits_sequence() ? tp.size : 1);
+  if (options.lora.enabled()) {
+    lora.carve(arena, shard_config, options.lora, options.compute_dtype, max_rows, layer_sets);
+    norm_grad_sink = arena.take(DType::f32, Shape{shard_config.dim});
+  }
+  if (tp.enabled()) vocab_parallel.carve(arena, chunk, tp.size);
+}
+
 LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelOptions& options)
     : full_config_(config),
       config_(tp_shard_config(config, options.tp.size)),
       backend_(&backend),
-      options_(options) {
-  config_.validate();
+      options_(resolved_options(config_, options)) {
+  check_options(config_, options_);
   const TensorParallel& tp = options_.tp;
-  ANVIL_CHECK(tp.rank >= 0 && tp.rank < tp.size, "[model] tp rank {} outside 0..{}", tp.rank,
-              tp.size - 1);
   ANVIL_CHECK(!tp.enabled() || tp.ops != nullptr,
               "[model] tensor parallelism needs the tp collectives (ModelOptions::tp.ops)");
-  ANVIL_CHECK(!tp.sequence_parallel || tp.enabled(),
-              "[model] sequence parallelism splits the sequence over tp ranks; it needs tp > 1");
   const ContextParallel& cp = options_.cp;
-  ANVIL_CHECK(cp.rank >= 0 && cp.rank < cp.size, "[model] cp rank {} outside 0..{}", cp.rank,
-              cp.size - 1);
   ANVIL_CHECK(!cp.enabled() || cp.ops != nullptr,
               "[model] context parallelism needs the ring exchange (ModelOptions::cp.ops)");
-  if (options_.max_seq == 0) options_.max_seq = config_.max_seq_len / cp.size;
-  ANVIL_CHECK(options_.compute_dtype == DType::f32 || options_.compute_dtype == DType::bf16 ||
-                  options_.compute_dtype == DType::f16,
-              "[model] compute dtype must be f32, bf16 or f16, got {}",
-              dtype_name(options_.compute_dtype));
   ANVIL_CHECK(backend.supports_compute_dtype(options_.compute_dtype),
               "[model] compute dtype {} has no kernels on backend {}",
               dtype_name(options_.compute_dtype), backend.name());
-  ANVIL_CHECK(options_.max_batch >= 1, "[model] max_batch must be at least 1, got {}",
-              options_.max_batch);
-  ANVIL_CHECK(options_.max_seq >= 1 && int64_t{options_.max_seq} * cp.size <= config_.max_seq_len,
-              "[model] max_seq {} (x cp {}) must be in 1..max_seq_len ({})", options_.max_seq,
-              cp.size, config_.max_seq_len);
-  ANVIL_CHECK(options_.logits_chunk_rows >= 0, "[model] logits_chunk_rows must be >= 0, got {}",
-              options_.logits_chunk_rows);
   const bool lora = options_.lora.enabled();
-  DType base_dtype = DType::f32;
-  if (lora) {
-    validate_lora_options(options_.lora);
-    base_dtype = options_.lora_base_dtype.value_or(options_.compute_dtype);
-    ANVIL_CHECK(base_dtype == DType::f32 || base_dtype == DType::bf16,
-                "[model] a frozen LoRA base is held in f32 or bf16, got {}", dtype_name(base_dtype));
-    ANVIL_CHECK(base_dtype == DType::f32 || options_.compute_dtype == DType::bf16,
-                "[model] a bf16 LoRA base is a GEMM operand as it is, so the model must compute "
-                "in bf16 (compute dtype is {})",
-                dtype_name(options_.compute_dtype));
-  } else {
-    ANVIL_CHECK(!options_.lora_base_dtype, "[model] lora_base_dtype is set, but LoRA is off");
-  }
-  // Dropout masks are drawn per local row; the cp ranks' rows would share them.
-  ANVIL_CHECK(!cp.enabled() || !lora || options_.lora.dropout == 0.0f,
-              "[model] LoRA dropout is not supported under context parallelism yet (cp = {}); "
-              "set lora.dropout = 0",
-              cp.size);
+  const DType base_dtype = frozen_base_dtype(options_);
   layout_ = make_llama_layout(config_, options_.decay_embeddings);
   full_layout_ =
       tp.enabled() ? make_llama_layout(full_config_, options_.decay_embeddings) : layout_;
@@ -127,18 +163,9 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   }
 
   const int64_t max_rows = int64_t{options_.max_batch} * options_.max_seq;
-  int64_t chunk = options_.logits_chunk_rows;
-  if (chunk == 0) chunk = std::max<int64_t>(1, kLogitsChunkElements / config_.vocab_size);
-  chunk = std::min(chunk, max_rows);
-  const int layer_sets = options_.activation_checkpointing ? 1 : config_.n_layers;
   arena_.build(backend, MemoryCategory::activations, [&](Arena& arena) {
-    acts_.carve(arena, config_, options_.max_batch, max_rows, layer_sets, chunk,
-                options_.compute_dtype, tp.splits_sequence() ? tp.size : 1);
-    if (lora) {
-      lora_.carve(arena, max_rows, layer_sets);
-      norm_grad_sink_ = arena.take(DType::f32, Shape{config_.dim});
-    }
-    if (tp.enabled()) vocab_parallel_.carve(arena, chunk, tp.size);
+    carve_arena(arena, config_, options_, acts_, lora_.activations(), norm_grad_sink_,
+                vocab_parallel_);
   });
   if (cp.enabled()) {
     cp_scratch_ = std::make_unique<ContextParallelScratch>(

@@ -66,6 +66,19 @@ struct ModelOptions {
   ContextParallel cp;
 };
 
+// Bytes a model's own buffers hold, by purpose (what a parallel layer binds into the model is
+// counted by that layer; the optimizer state is the trainer's). `anvil plan` predicts these
+// without allocating (LlamaModel::planned_memory); what a run holds is measured by the
+// backend's counters (Allocator::memory_snapshot).
+struct ModelMemory {
+  size_t frozen = 0;          // the frozen LoRA base (with its f32 norm copies)
+  size_t trainable = 0;       // f32 trainable parameters
+  size_t compute_copies = 0;  // compute-dtype copies of weights (mixed precision)
+  size_t gradients = 0;       // f32 gradients of the trainable parameters
+  size_t activations = 0;     // the activation arena
+  int64_t trainable_count = 0;  // number of trainable parameter elements
+};
+
 // Observer of parameter-group use, called on the thread that runs the model. A group's
 // weights are read between before_forward and after_forward, or between before_backward and
 // after_backward. forward_backward with L layers (head group H = L + 1) calls:
@@ -142,6 +155,16 @@ class LlamaModel {
   // (m * world + rank, as the parallel engine numbers them), so every micro-batch of a step
   // draws its own masks, and the same ones at any world size.
   void set_dropout_micro_batch(int64_t index) { dropout_micro_batch_ = index; }
+  // Returns the bytes the model holds, by purpose.
+  ModelMemory memory() const;
+  // Returns the bytes a model of `config` built with `options` would hold (what memory()
+  // reports once built), from the same layouts and the same arena carve, allocating nothing;
+  // throws as the constructor would for options it refuses (the collectives behind tp and cp
+  // are not needed).
+  static ModelMemory planned_memory(const LlamaConfig& config, const ModelOptions& options);
+  // Returns the dtype the frozen LoRA base of a model built with `options` is held in (f32
+  // without LoRA).
+  static DType frozen_base_dtype(const ModelOptions& options);
   // Writes base parameter `index` (layout order of parameters()) from host f32 values into
   // wherever the model stores it (f32 masters, or the bf16-only store of a frozen bf16 base).
   void set_parameter(int index, const float* host);
@@ -187,6 +210,22 @@ class LlamaModel {
   int64_t count_loss_tokens(const Batch& batch);
 
  private:
+  // Returns `options` with max_seq resolved (0: the shard's max_seq_len / cp).
+  static ModelOptions resolved_options(const LlamaConfig& shard_config, ModelOptions options);
+  // Throws unless resolved `options` can build a model of `shard_config`.
+  static void check_options(const LlamaConfig& shard_config, const ModelOptions& options);
+  // Carves everything the activation arena holds for resolved `options`: the activations, the
+  // adapters' saved tensors and scratch and the frozen norms' gradient sink (LoRA), the
+  // vocabulary-parallel scratch (tp > 1). The constructor carves its members; planned_memory
+  // carves throwaway views to measure.
+  static void carve_arena(Arena& arena, const LlamaConfig& shard_config,
+                          const ModelOptions& options, ModelActivations& acts,
+                          LoraActivations& lora, Tensor& norm_grad_sink,
+                          VocabParallelScratch& vocab_parallel);
+  // Returns the bytes of the parameter-side buffers (everything but the activations) a model
+  // of `shard_config` built with resolved `options` holds.
+  static ModelMemory parameter_memory(const LlamaConfig& shard_config, const ModelOptions& options);
+
   // Checks (B, T) and the inputs, copies them to the device when needed, fills positions.
   StepDims prepare_inputs(const Tensor& tokens, const Tensor* targets, const Tensor* loss_mask,
                           const Tensor* doc_ids, int position_offset);

@@ -109,6 +109,20 @@ void lora_forward(const LoraLayerStep& step, LoraTarget target, const Tensor& x,
 void lora_backward(const LoraLayerStep& step, LoraTarget target, const Tensor& x,
                    const Tensor& dy, const Tensor& dx);
 
+// What the adapters keep in the model's activation arena: each saved set's hidden states
+// drop(x) A^T per target (max_rows, r) compute, and the scratch of one step's backward.
+struct LoraActivations {
+  std::vector<std::array<Tensor, kLoraTargetCount>> hidden;  // layer_sets x targets
+  Tensor dropped_input;  // (max_rows, max_in) compute, with dropout only
+  Tensor d_hidden;       // (max_rows, r) compute
+  Tensor d_input;        // (max_rows, max_in) f32, with dropout only
+
+  // Carves them for adapters `options` on a model of (shard) config `config`; max_in is the
+  // widest input of a target.
+  void carve(Arena& arena, const LlamaConfig& config, const LoraOptions& options, DType compute,
+             int64_t max_rows, int layer_sets);
+};
+
 // The adapters of a model: f32 parameters and gradients, compute-dtype copies (bf16 models),
 // saved activations and scratch. Owned by LlamaModel when ModelOptions::lora.enabled().
 class LoraAdapters {
@@ -118,8 +132,8 @@ class LoraAdapters {
   // unless a parallel layer provides them (bind_weights / bind_gradients).
   LoraAdapters(const LlamaConfig& config, const LoraOptions& options, Backend& backend,
                DType compute_dtype, bool allocate_weights = true, bool allocate_gradients = true);
-  // Carves the saved activations and scratch (called inside the model's arena build).
-  void carve(Arena& arena, int64_t max_rows, int layer_sets);
+  // Returns the saved activations and scratch, which the model carves inside its arena build.
+  LoraActivations& activations() { return activations_; }
 
   bool enabled() const { return options_.enabled(); }
   const LoraOptions& options() const { return options_; }
@@ -157,12 +171,7 @@ class LoraAdapters {
   std::vector<LoraLayerViews> grad_views_;
   ParameterSet copies_;  // compute dtype; unallocated for an f32 model
   std::vector<LoraLayerViews> compute_views_;
-  // Saved activations: layer_sets x targets of (max_rows, r) compute; scratch as in the step.
-  std::vector<std::array<Tensor, kLoraTargetCount>> hidden_;
-  Tensor dropped_input_;
-  Tensor d_hidden_;
-  Tensor d_input_;
-  int64_t max_in_ = 0;
+  LoraActivations activations_;
 };
 
 }  // namespace anvil

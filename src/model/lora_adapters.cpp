@@ -31,8 +31,6 @@ LoraAdapters::LoraAdapters(const LlamaConfig& config, const LoraOptions& options
                             ? views_[l]
                             : lora_layer_views(config_, options_, copies_, l);
   }
-  for (const std::string& target : options_.targets)
-    max_in_ = std::max(max_in_, lora_target_dims(config_, parse_lora_target(target))[1]);
 }
 
 void LoraAdapters::bind_weights(int group, const Tensor& storage) {
@@ -49,19 +47,24 @@ void LoraAdapters::bind_gradients(int group, const Tensor& storage) {
   if (l >= 0 && l < config_.n_layers) grad_views_[l] = lora_layer_views(config_, options_, grads_, l);
 }
 
-void LoraAdapters::carve(Arena& arena, int64_t max_rows, int layer_sets) {
-  hidden_.assign(static_cast<size_t>(layer_sets), {});
+void LoraActivations::carve(Arena& arena, const LlamaConfig& config, const LoraOptions& options,
+                            DType compute, int64_t max_rows, int layer_sets) {
+  hidden.assign(static_cast<size_t>(layer_sets), {});
   std::array<bool, kLoraTargetCount> enabled{};
-  for (const std::string& target : options_.targets)
-    enabled[static_cast<int>(parse_lora_target(target))] = true;
-  for (auto& set : hidden_) {
-    for (int i = 0; i < kLoraTargetCount; ++i)
-      if (enabled[i]) set[i] = arena.take(compute_dtype_, Shape{max_rows * options_.r});
+  int64_t max_in = 0;
+  for (const std::string& target : options.targets) {
+    const LoraTarget t = parse_lora_target(target);
+    enabled[static_cast<int>(t)] = true;
+    max_in = std::max(max_in, lora_target_dims(config, t)[1]);
   }
-  d_hidden_ = arena.take(compute_dtype_, Shape{max_rows * options_.r});
-  if (options_.dropout > 0.0f) {
-    dropped_input_ = arena.take(compute_dtype_, Shape{max_rows * max_in_});
-    d_input_ = arena.take(DType::f32, Shape{max_rows * max_in_});
+  for (auto& set : hidden) {
+    for (int i = 0; i < kLoraTargetCount; ++i)
+      if (enabled[i]) set[i] = arena.take(compute, Shape{max_rows * options.r});
+  }
+  d_hidden = arena.take(compute, Shape{max_rows * options.r});
+  if (options.dropout > 0.0f) {
+    dropped_input = arena.take(compute, Shape{max_rows * max_in});
+    d_input = arena.take(DType::f32, Shape{max_rows * max_in});
   }
 }
 
@@ -107,17 +110,17 @@ LoraLayerStep LoraAdapters::step(int layer, int64_t rows, int set, bool training
   s.gradients = &grad_views_[layer];
   const int64_t r = options_.r;
   for (int i = 0; i < kLoraTargetCount; ++i) {
-    if (hidden_[set][i].defined())
-      s.hidden[i] = hidden_[set][i].flat(0, rows * r).view(Shape{rows, r});
+    const Tensor& hidden = activations_.hidden[set][i];
+    if (hidden.defined()) s.hidden[i] = hidden.flat(0, rows * r).view(Shape{rows, r});
   }
-  s.d_hidden = d_hidden_.flat(0, rows * r).view(Shape{rows, r});
+  s.d_hidden = activations_.d_hidden.flat(0, rows * r).view(Shape{rows, r});
   s.scale = options_.scale();
   if (training && options_.dropout > 0.0f) {
     s.dropout = options_.dropout;
     s.dropout_seed = dropout_hash(dropout_stream,
                                   0x4C6F5241ull + static_cast<uint64_t>(layer));
-    s.dropped_input = dropped_input_;
-    s.d_input = d_input_;
+    s.dropped_input = activations_.dropped_input;
+    s.d_input = activations_.d_input;
   }
   return s;
 }

@@ -7,11 +7,14 @@ namespace anvil {
 
 Bf16BaseViews::Bf16BaseViews(const LlamaConfig& config, Backend& backend)
     : config_(config), backend_(&backend) {
-  const int64_t norms = 2 * int64_t{config_.n_layers} + 1;
   // The f32 norm copies belong to the frozen base they are cast from.
-  norms_ = Buffer(backend, static_cast<size_t>(norms * config_.dim) * sizeof(float),
-                  MemoryCategory::frozen_weights);
+  norms_ = Buffer(backend, planned_bytes(config_), MemoryCategory::frozen_weights);
   views_.layers.resize(static_cast<size_t>(config_.n_layers));
+}
+
+size_t Bf16BaseViews::planned_bytes(const LlamaConfig& config) {
+  const int64_t norms = 2 * int64_t{config.n_layers} + 1;
+  return static_cast<size_t>(norms * config.dim) * sizeof(float);
 }
 
 Tensor Bf16BaseViews::cast_norm(const Tensor& stored, int index) {

@@ -23,6 +23,8 @@ class Bf16BaseViews {
   void refresh(int group, const LlamaWeights& stored);
   // Returns the views the blocks compute with.
   const LlamaWeights& views() const { return views_; }
+  // Returns the bytes the norm copies of a model of `config` take.
+  static size_t planned_bytes(const LlamaConfig& config);
 
  private:
   // Casts `stored` (bf16, (dim)) into norm copy `index` and returns the copy.

@@ -16,12 +16,6 @@
 namespace anvil {
 namespace {
 
-// Gathered-weight slots under stage 3 (the pinned tied embedding, the group in use, the
-// prefetched next one) and full-gradient slots under stages 2-3 (the same, with a slot whose
-// reduce-scatter is in flight in place of the prefetch).
-constexpr int kWeightSlots = 3;
-constexpr int kGradientSlots = 3;
-
 Buffer zeroed_buffer(Backend& backend, int64_t elements, MemoryCategory category) {
   Buffer buffer(backend, static_cast<size_t>(elements) * sizeof(float), category);
   backend.fill_zero(buffer.as(DType::f32, Shape{elements}));
@@ -123,14 +117,9 @@ void DataParallelEngine::allocate_state(int micro_batches) {
       st.grad_sum = zeroed_buffer(backend, s.numel, MemoryCategory::gradients);
   }
   if (stage_ == 3) {
-    // A weight slot holds a group's trainable weights (f32) and, with LoRA, its frozen base
-    // (in the base's dtype) behind them: one gather of each fills it.
-    constexpr size_t kAlign = 64;
-    frozen_slot_offset_ = (static_cast<size_t>(plan_.max_padded()) * sizeof(float) + kAlign - 1) /
-                          kAlign * kAlign;
-    size_t slot_bytes = static_cast<size_t>(plan_.max_padded()) * sizeof(float);
+    frozen_slot_offset_ = frozen_slot_offset(plan_);
+    const DType dtype = model_->parameters().dtype();
     if (lora_) {
-      const DType dtype = model_->parameters().dtype();
       frozen_shards_.resize(static_cast<size_t>(frozen_plan_.group_count()));
       for (int g = 0; g < frozen_plan_.group_count(); ++g) {
         const int64_t shard = frozen_plan_.group(g).shard;
@@ -138,10 +127,9 @@ void DataParallelEngine::allocate_state(int micro_batches) {
                                    MemoryCategory::frozen_weights);
         if (shard > 0) backend.fill_zero(frozen_shard(g));
       }
-      slot_bytes = frozen_slot_offset_ +
-                   static_cast<size_t>(frozen_plan_.max_padded()) * dtype_size(dtype);
     }
-    weight_slots_ = SlotPool(backend, kWeightSlots, slot_bytes);
+    weight_slots_ = SlotPool(backend, kWeightSlots,
+                             weight_slot_bytes(plan_, lora_ ? &frozen_plan_ : nullptr, dtype));
   }
   if (stage_ >= 2) {
     gradient_slots_ = SlotPool(backend, kGradientSlots, plan_.max_padded());

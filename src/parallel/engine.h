@@ -55,6 +55,18 @@ struct EngineOptions {
   int micro_batches = 1;   // micro-batches per step on each rank (buffers are sized for it)
 };
 
+// One kind of collective a training step runs (DataParallelEngine::planned_collectives).
+struct PlannedCollective {
+  enum class Kind { all_reduce, all_gather, reduce_scatter, exchange };  // exchange: send+recv
+  const char* axis = "";  // the mesh axis, as MeshTraffic and the traces name it
+  const char* what = "";  // "gradient reduce-scatter", ...
+  Kind kind = Kind::all_reduce;
+  int ranks = 1;          // the axis's group size
+  int64_t payload_bytes = 0;  // per step, counted as CountingCommunicator counts them
+  bool overlapped = true;     // issued asynchronously while compute goes on
+  bool estimate = false;      // the model's tp/cp collectives: estimated, not exact
+};
+
 struct StepReport {
   LossSum loss;          // over the whole global batch
   double grad_norm = 0;  // before clipping (of the unscaled gradients)
@@ -62,6 +74,26 @@ struct StepReport {
   // False when the loss or the gradient norm was not finite: the step then changed no weight
   // and no optimizer state (its step count included). Every rank sees the same value.
   bool applied = true;
+};
+
+// The bytes a rank's buffers would hold, by kind, as `anvil plan` predicts them from the
+// engine's own sizing functions (DataParallelEngine::planned_memory). What a run holds is
+// measured by the backend's counters (memory()).
+struct PlannedMemory {
+  int64_t frozen = 0;        // the frozen LoRA base (its shards under stage 3)
+  int64_t weights = 0;       // f32 trainable weights (their shards under stage 3)
+  int64_t gradients = 0;
+  int64_t optimizer = 0;     // AdamW m and v
+  int64_t comm_buffers = 0;  // gather / reduce slots for whole groups (stages 2 and 3)
+  int64_t activations = 0;   // the model's activation arena
+  int64_t workspace = 0;     // compute-dtype weight copies (mixed precision)
+  int64_t total() const {
+    return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;
+  }
+  // Returns the same bytes under the categories the backends measure.
+  MemoryByCategory by_category() const {
+    return {frozen, weights, gradients, optimizer, activations, comm_buffers, workspace};
+  }
 };
 
 class DataParallelEngine final : private GroupHooks {
@@ -140,7 +172,40 @@ class DataParallelEngine final : private GroupHooks {
   // anything else on the same backend), measured by the backend (core/memory_counters.h).
   MemorySnapshot memory() const { return model_->backend().memory_snapshot(); }
 
+  // Planning (engine_plan.cpp): what a run would hold and send, from the shard plans and the
+  // model's planned_memory alone, allocating nothing. `options` are the run's model options
+  // before model_options(); `parallel` and `world` what the DeviceMesh is built from;
+  // `micro_batches` per step. Returns the memory() data rank `data_rank` would report (rank
+  // 0 holds the most).
+  static PlannedMemory planned_memory(const LlamaConfig& config, const ModelOptions& options,
+                                     const ParallelSettings& parallel, int world,
+                                     int micro_batches, int data_rank = 0);
+  // Returns the collectives one optimizer step runs on data rank 0, by axis and kind, with
+  // the payload bytes the mesh's counting communicators would count (MeshTraffic);
+  // `micro_batch_rows` is one micro-batch's rows on a rank (batch x seq_len / cp).
+  static std::vector<PlannedCollective> planned_collectives(const LlamaConfig& config,
+                                                            const ModelOptions& options,
+                                                            const ParallelSettings& parallel,
+                                                            int world, int micro_batches,
+                                                            int64_t micro_batch_rows);
+
  private:
+  // Gathered-weight slots under stage 3 (the pinned tied embedding, the group in use, the
+  // prefetched next one) and full-gradient slots under stages 2-3 (the same, with a slot whose
+  // reduce-scatter is in flight in place of the prefetch).
+  static constexpr int kWeightSlots = 3;
+  static constexpr int kGradientSlots = 3;
+  // A weight slot holds a group's trainable weights (f32) and, with LoRA, its frozen base (in
+  // the base's dtype) behind them, at this byte offset: one gather of each fills it.
+  static size_t frozen_slot_offset(const ShardPlan& plan);
+  static size_t weight_slot_bytes(const ShardPlan& plan, const ShardPlan* frozen_plan,
+                                  DType frozen_dtype);
+  // Returns the bytes one step's stage-3 weight gathers move, playing the train passes of
+  // `micro_batches` micro-batches through the slot choices of acquire/release/prefetch;
+  // `group_bytes` is one gather of a group.
+  static int64_t stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
+                                     const std::function<int64_t(int)>& group_bytes);
+
   struct GroupStorage {
     Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model
     Buffer weight_shard;  // stage 3: this rank's fsdp shard of the weights

@@ -1,7 +1,42 @@
 // LlamaConfig mapping and AdamW hyper-parameters (see model_setup.h).
 #include "train/model_setup.h"
 
+#include <algorithm>
+
+#include "train/base_model.h"
+#include "train/data_sources.h"
+
 namespace anvil {
+
+ModelOptions model_options_from(const TrainConfig& config) {
+  ModelOptions options;
+  options.max_batch =
+      static_cast<int>(std::max(config.training.batch_size, eval_batch_size(config)));
+  options.max_seq = static_cast<int>(config.training.seq_len / config.parallel.cp);
+  // "fp16" is the configuration's spelling of f16 (PyTorch's and DeepSpeed's).
+  options.compute_dtype =
+      config.training.dtype == "fp16" ? DType::f16 : parse_dtype(config.training.dtype);
+  options.activation_checkpointing = config.training.activation_checkpointing;
+  options.decay_embeddings = config.optimizer.decay_embeddings;
+  options.attention = attention_schedule_from(config.attention);
+  options.lora = lora_options_from(config.lora);
+  if (options.lora.enabled() && config.lora.base_dtype != "auto")
+    options.lora_base_dtype = parse_dtype(config.lora.base_dtype);
+  options.tp.sequence_parallel = config.parallel.sequence_parallel;
+  return options;
+}
+
+ParallelSettings parallel_settings_from(const ParallelConfigSection& parallel) {
+  ParallelSettings settings;
+  settings.dp = static_cast<int>(parallel.dp);
+  settings.fsdp = static_cast<int>(parallel.fsdp);
+  settings.tp = static_cast<int>(parallel.tp);
+  settings.cp = static_cast<int>(parallel.cp);
+  settings.sequence_parallel = parallel.sequence_parallel;
+  settings.zero_stage = static_cast<int>(parallel.zero_stage);
+  settings.offload = parallel.offload;
+  return settings;
+}
 
 LlamaConfig llama_config_from(const ModelConfigSection& model) {
   LlamaConfig config;

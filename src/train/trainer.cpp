@@ -274,37 +274,19 @@ Trainer::Trainer(const TrainRunOptions& options)
                           .growth_interval = config_.training.loss_scale_growth_interval});
     progress_.loss_scale = loss_scaler_->state();
   }
-  ModelOptions model_options;
-  model_options.max_batch = std::max(micro_batch_, eval_batch_size_);
   // Under context parallelism the model holds seq_len / cp rows of each sample.
   check_cp_seq_len(seq_len_, static_cast<int>(config_.parallel.cp));
-  model_options.max_seq = seq_len_ / static_cast<int>(config_.parallel.cp);
-  // "fp16" is the configuration's spelling of f16 (PyTorch's and DeepSpeed's).
-  model_options.compute_dtype =
-      config_.training.dtype == "fp16" ? DType::f16 : parse_dtype(config_.training.dtype);
+  const ModelOptions model_options = model_options_from(config_);
   ANVIL_CHECK(backend_->supports_compute_dtype(model_options.compute_dtype),
               "[train] training.dtype = {} has no kernels on --backend {}{}",
               config_.training.dtype, backend_->name(),
               model_options.compute_dtype == DType::f16
                   ? " (fp16 runs on cpu-ref, the reference loops; use bf16 on this backend)"
                   : "");
-  model_options.activation_checkpointing = config_.training.activation_checkpointing;
-  model_options.decay_embeddings = config_.optimizer.decay_embeddings;
-  model_options.attention = attention_schedule_from(config_.attention);
-  model_options.lora = lora_options_from(config_.lora);
-  if (model_options.lora.enabled() && config_.lora.base_dtype != "auto")
-    model_options.lora_base_dtype = parse_dtype(config_.lora.base_dtype);
-  ParallelSettings parallel;
-  parallel.dp = static_cast<int>(config_.parallel.dp);
-  parallel.fsdp = static_cast<int>(config_.parallel.fsdp);
-  parallel.tp = static_cast<int>(config_.parallel.tp);
-  parallel.cp = static_cast<int>(config_.parallel.cp);
-  parallel.sequence_parallel = config_.parallel.sequence_parallel;
-  parallel.zero_stage = static_cast<int>(config_.parallel.zero_stage);
-  parallel.offload = config_.parallel.offload;
   if (!backend_->device().is_cpu())
     device_world_ = std::make_unique<StagingCommunicator>(world_, *backend_);
-  mesh_ = std::make_unique<DeviceMesh>(device_world_ ? *device_world_ : world_, parallel);
+  mesh_ = std::make_unique<DeviceMesh>(device_world_ ? *device_world_ : world_,
+                                       parallel_settings_from(config_.parallel));
   model_ = std::make_unique<LlamaModel>(
       llama_, *backend_, DataParallelEngine::model_options(model_options, *mesh_));
   EngineOptions engine_options;

@@ -68,6 +68,17 @@ struct RunSpec {
   // Each layer's window, sparse pattern and sinks (ModelOptions::attention).
   AttentionSchedule attention;
 
+  ParallelSettings parallel_settings() const {
+    ParallelSettings settings;
+    settings.dp = dp;
+    settings.fsdp = fsdp;
+    settings.zero_stage = zero_stage;
+    settings.tp = tp;
+    settings.sequence_parallel = sequence_parallel;
+    settings.cp = cp;
+    return settings;
+  }
+
   LlamaConfig config() const {
     LlamaConfig c = tiny_config(tied);
     if (wide_heads || tp > 1) {
@@ -85,14 +96,7 @@ class Harness {
       : spec_(spec),
         backend_(make_backend("cpu")),
         data_(64, spec.seq, spec.seed) {
-    ParallelSettings settings;
-    settings.dp = spec.dp;
-    settings.fsdp = spec.fsdp;
-    settings.zero_stage = spec.zero_stage;
-    settings.tp = spec.tp;
-    settings.sequence_parallel = spec.sequence_parallel;
-    settings.cp = spec.cp;
-    mesh_ = std::make_unique<DeviceMesh>(comm, settings);
+    mesh_ = std::make_unique<DeviceMesh>(comm, spec.parallel_settings());
     ModelOptions options;
     options.max_batch = spec.micro_batch;
     options.max_seq = spec.seq / spec.cp;  // a cp rank holds seq / cp rows of each sample
@@ -106,6 +110,7 @@ class Harness {
       options.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj",
                               "gate_proj", "up_proj", "down_proj"};
     }
+    options_ = options;
     model_ = std::make_unique<LlamaModel>(spec.config(), *backend_,
                                           DataParallelEngine::model_options(options, *mesh_));
     EngineOptions engine_options;
@@ -142,8 +147,11 @@ class Harness {
   }
 
   DataParallelEngine& engine() { return *engine_; }
+  // Returns the model options before the engine applied the mesh (what planning takes).
+  const ModelOptions& options() const { return options_; }
   LlamaModel& model() { return *model_; }
   DeviceMesh& mesh() { return *mesh_; }
+  const DeviceMesh& mesh() const { return *mesh_; }
 
   // Runs optimizer step `step` (0-based) on this rank's share of the global batch; with
   // `poison`, the first loss-mask value of this rank's first micro-batch is a NaN.
@@ -206,6 +214,7 @@ class Harness {
   RunSpec spec_;
   std::unique_ptr<Backend> backend_;
   SyntheticData data_;
+  ModelOptions options_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallelEngine> engine_;
@@ -323,6 +332,40 @@ inline Curve run_steps(Harness& harness, int64_t first, int64_t last) {
     curve.losses.push_back(report.loss.mean());
   }
   return curve;
+}
+
+// Expects the bytes the backend measured after setup to equal, category by category, what
+// DataParallelEngine::planned_memory predicts for this rank without allocating.
+inline void expect_planned_memory(Harness& harness, const RunSpec& spec) {
+  const MemorySnapshot measured = harness.engine().memory();
+  const PlannedMemory planned = DataParallelEngine::planned_memory(
+      spec.config(), harness.options(), spec.parallel_settings(), harness.mesh().world().size(),
+      spec.grad_accum, harness.mesh().data_rank());
+  const MemoryByCategory predicted = planned.by_category();
+  for (int c = 0; c < kMemoryCategoryCount; ++c) {
+    EXPECT_EQ(predicted[static_cast<size_t>(c)], measured.current[static_cast<size_t>(c)])
+        << kMemoryCategoryNames[static_cast<size_t>(c)];
+  }
+}
+
+// Returns the payload bytes planned_collectives predicts for one step, by axis.
+inline MeshTraffic planned_traffic(const Harness& harness, const RunSpec& spec,
+                                   bool* estimates = nullptr) {
+  MeshTraffic t;
+  const int64_t rows = int64_t{spec.micro_batch} * spec.seq / spec.cp;
+  for (const PlannedCollective& c : DataParallelEngine::planned_collectives(
+           spec.config(), harness.options(), spec.parallel_settings(),
+           harness.mesh().world().size(), spec.grad_accum, rows)) {
+    const std::string axis = c.axis;
+    int64_t* slot = axis == "tp"     ? &t.tp
+                    : axis == "cp"   ? &t.cp
+                    : axis == "data" ? &t.data
+                    : axis == "dp"   ? &t.dp
+                                     : &t.fsdp;
+    *slot += c.payload_bytes;
+    if (estimates != nullptr && c.estimate) *estimates = true;
+  }
+  return t;
 }
 
 }  // namespace anvil::ptest

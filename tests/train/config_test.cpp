@@ -318,7 +318,8 @@ TEST(ConfigTest, TinyPresetFileIsTheDefaults) {
 }
 
 TEST(ConfigTest, EveryPresetFileIsValid) {
-  for (const char* name : {"tiny", "30M", "125M", "1B"}) {
+  for (const char* name :
+       {"tiny", "30M", "125M", "1B", "llama2-7b", "llama3-8b", "llama3.1-405b"}) {
     TrainConfig config;
     apply_config_file(config, std::string(ANVIL_TEST_DATA) + "/../configs/" + name + ".toml");
     EXPECT_NO_THROW(validate_config(config)) << name;

@@ -22,7 +22,10 @@ TrainConfig load_preset(const std::string& name) {
 
 TEST(ModelSetupTest, PresetParameterCountsMatchTheirDocumentation) {
   const std::pair<const char*, int64_t> presets[] = {
-      {"tiny", 5'475'584}, {"30M", 29'368'832}, {"125M", 124'668'672}, {"1B", 1'100'048'384}};
+      {"tiny", 5'475'584},          {"30M", 29'368'832},
+      {"125M", 124'668'672},        {"1B", 1'100'048'384},
+      {"llama2-7b", 6'738'415'616}, {"llama3-8b", 8'030'261'248},
+      {"llama3.1-405b", 405'853'388'800}};
   for (const auto& [name, documented] : presets) {
     const LlamaConfig llama = llama_config_from(load_preset(name).model);
     EXPECT_EQ(llama.param_count(), documented) << name;

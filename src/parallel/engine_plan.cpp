@@ -1,0 +1,277 @@
+// DataParallelEngine's planning side: the memory a run would hold and the collectives a step
+// would run, computed from the same shard plans, slot sizes and model planned_memory that the
+// engine allocates from, so `anvil plan` and a run's memory report and traffic counters speak
+// one vocabulary. Nothing here allocates. The gradient and weight collectives are exact (a
+// test compares them with the counting communicators); the model's own tensor- and
+// context-parallel exchanges are estimates from the block structure.
+#include <algorithm>
+#include <functional>
+
+#include "model/llama_parameters.h"
+#include "model/lora.h"
+#include "model/tensor_parallel.h"
+#include "parallel/engine.h"
+
+namespace anvil {
+namespace {
+
+constexpr size_t kSlotAlignment = 64;
+
+// Returns `options` as the engine builds its model on a rank of `shape` (rank 0 of tp and cp;
+// the collectives are not needed to plan).
+ModelOptions mesh_model_options(const ModelOptions& options, const MeshShape& shape,
+                                const ParallelSettings& parallel) {
+  ModelOptions model = DataParallelEngine::model_options(options, parallel.zero_stage);
+  model.tp.size = shape.tp;
+  model.tp.rank = 0;
+  model.tp.ops = nullptr;
+  model.tp.sequence_parallel = parallel.sequence_parallel;
+  model.cp.size = shape.cp;
+  model.cp.rank = 0;
+  model.cp.ops = nullptr;
+  return model;
+}
+
+// The layouts a rank of `shape` trains and (LoRA) holds frozen, and their shard plans.
+struct PlannedLayouts {
+  std::shared_ptr<const ParameterLayout> trainable;
+  std::shared_ptr<const ParameterLayout> frozen;  // LoRA only
+  ShardPlan plan;
+  ShardPlan frozen_plan;  // LoRA only
+};
+
+PlannedLayouts planned_layouts(const LlamaConfig& config, const ModelOptions& options,
+                               const MeshShape& shape, int data_rank) {
+  const LlamaConfig shard = tp_shard_config(config, shape.tp);
+  const int data_world = shape.dp * shape.fsdp * shape.cp;
+  PlannedLayouts out;
+  const auto base = make_llama_layout(shard, options.decay_embeddings);
+  if (options.lora.enabled()) {
+    out.trainable = make_lora_layout(shard, options.lora);
+    out.frozen = base;
+    out.frozen_plan = ShardPlan(*base, data_world, shape.fsdp, data_rank);
+  } else {
+    out.trainable = base;
+  }
+  out.plan = ShardPlan(*out.trainable, data_world, shape.fsdp, data_rank);
+  return out;
+}
+
+}  // namespace
+
+size_t DataParallelEngine::frozen_slot_offset(const ShardPlan& plan) {
+  const size_t bytes = static_cast<size_t>(plan.max_padded()) * sizeof(float);
+  return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+}
+
+size_t DataParallelEngine::weight_slot_bytes(const ShardPlan& plan, const ShardPlan* frozen_plan,
+                                             DType frozen_dtype) {
+  if (frozen_plan == nullptr) return static_cast<size_t>(plan.max_padded()) * sizeof(float);
+  return frozen_slot_offset(plan) +
+         static_cast<size_t>(frozen_plan->max_padded()) * dtype_size(frozen_dtype);
+}
+
+PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
+                                                const ModelOptions& options,
+                                                const ParallelSettings& parallel, int world,
+                                                int micro_batches, int data_rank) {
+  const MeshShape shape = resolve_mesh_shape(parallel, world);
+  const int zero_stage = parallel.zero_stage;
+  const ModelMemory model =
+      LlamaModel::planned_memory(config, mesh_model_options(options, shape, parallel));
+  PlannedMemory report;
+  report.frozen = static_cast<int64_t>(model.frozen);
+  report.weights = static_cast<int64_t>(model.trainable);
+  report.gradients = static_cast<int64_t>(model.gradients);
+  report.activations = static_cast<int64_t>(model.activations);
+  report.workspace = static_cast<int64_t>(model.compute_copies);
+
+  // What allocate_state and build_optimizer allocate.
+  const PlannedLayouts layouts = planned_layouts(config, options, shape, data_rank);
+  const ShardPlan& plan = layouts.plan;
+  const bool lora = options.lora.enabled();
+  const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
+  const bool running_sum_here = data_rank == 0 && micro_batches > 1;
+  const int64_t f32 = sizeof(float);
+  for (int g = 0; g < plan.group_count(); ++g) {
+    const GroupShard& s = plan.group(g);
+    if (s.numel == 0) continue;
+    if (zero_stage == 1 || zero_stage == 2) report.weights += s.padded * f32;
+    if (zero_stage == 3) report.weights += s.shard * f32;
+    if (zero_stage >= 2) report.gradients += s.shard * f32;
+    if (zero_stage <= 1 && running_sum_here) report.gradients += s.numel * f32;
+    if (s.shard_length > 0) report.optimizer += 2 * s.shard_length * f32;  // AdamW m and v
+  }
+  if (zero_stage == 3) {
+    if (lora) {
+      for (int g = 0; g < layouts.frozen_plan.group_count(); ++g)
+        report.frozen += layouts.frozen_plan.group(g).shard *
+                         static_cast<int64_t>(dtype_size(frozen_dtype));
+    }
+    report.comm_buffers += kWeightSlots * static_cast<int64_t>(weight_slot_bytes(
+                                              plan, lora ? &layouts.frozen_plan : nullptr,
+                                              frozen_dtype));
+  }
+  if (zero_stage >= 2) {
+    report.comm_buffers += kGradientSlots * plan.max_padded() * f32;
+    if (micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
+  }
+  return report;
+}
+
+int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
+                                                const std::function<int64_t(int)>& group_bytes) {
+  // The engine's slots as SlotPool keeps them: a slot not in use is reused least recently
+  // taken first (SlotPool::pick). Gathers complete before the next hook in this account, and
+  // that does not change which slot is picked: the only slot with a gather in flight at a
+  // prefetch is the one the prefetch itself fills.
+  struct Slot {
+    int group = -1;
+    bool in_use = false;
+    uint64_t last_taken = 0;
+  };
+  std::vector<Slot> slots(kWeightSlots);
+  uint64_t clock = 0;
+  int64_t total = 0;
+  auto find = [&](int group) {
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (slots[s].group == group) return static_cast<int>(s);
+    return -1;
+  };
+  auto take = [&](int group) {
+    int best = -1;
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].in_use) continue;
+      if (best < 0 || slots[s].last_taken < slots[static_cast<size_t>(best)].last_taken)
+        best = static_cast<int>(s);
+    }
+    if (best < 0) return best;
+    slots[static_cast<size_t>(best)].group = group;
+    slots[static_cast<size_t>(best)].last_taken = ++clock;
+    total += group_bytes(group);
+    return best;
+  };
+  // begin_pass(train)'s use order, and the hooks of forward_backward (GroupHooks).
+  const int layers = config.n_layers, head = head_group(config);
+  std::vector<int> uses = {kEmbeddingGroup};
+  for (int l = 0; l < layers; ++l) uses.push_back(layer_group(l));
+  uses.push_back(head);
+  for (int l = layers - 1; l >= 0; --l) uses.push_back(layer_group(l));
+  uses.push_back(kEmbeddingGroup);
+  for (int m = 0; m < micro_batches; ++m) {
+    size_t position = 0;
+    auto acquire = [&](int group) {
+      while (position < uses.size() && uses[position] != group) ++position;
+      if (position < uses.size()) ++position;
+      int slot = find(group);
+      if (slot < 0) slot = take(group);
+      slots[static_cast<size_t>(slot)].in_use = true;
+      if (position < uses.size() && find(uses[position]) < 0) take(uses[position]);  // prefetch
+    };
+    auto release = [&](int group) {
+      if (config.tie_embeddings && group == kEmbeddingGroup) return;  // pinned for the pass
+      const int slot = find(group);
+      if (slot >= 0) slots[static_cast<size_t>(slot)].in_use = false;
+    };
+    for (const int group : uses) {
+      acquire(group);
+      release(group);
+    }
+    for (Slot& slot : slots) slot.in_use = false;  // end_pass
+  }
+  return total;
+}
+
+std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
+    const LlamaConfig& config, const ModelOptions& options, const ParallelSettings& parallel,
+    int world, int micro_batches, int64_t micro_batch_rows) {
+  using Kind = PlannedCollective::Kind;
+  const MeshShape shape = resolve_mesh_shape(parallel, world);
+  const int zero_stage = parallel.zero_stage;
+  const PlannedLayouts layouts = planned_layouts(config, options, shape, 0);
+  const ShardPlan& plan = layouts.plan;
+  const int data_world = shape.dp * shape.fsdp * shape.cp;
+  const int replicas = shape.dp * shape.cp;  // the engine's dp() axis
+  const int64_t m = micro_batches, f32 = sizeof(float);
+  int64_t numel = 0, padded = 0, shard = 0;
+  for (int g = 0; g < plan.group_count(); ++g) {
+    const GroupShard& s = plan.group(g);
+    if (s.numel == 0) continue;
+    numel += s.numel;
+    padded += s.padded;
+    shard += s.shard;
+  }
+  std::vector<PlannedCollective> out;
+  auto add = [&](const char* axis, const char* what, Kind kind, int ranks, int64_t bytes,
+                 bool overlapped, bool estimate = false) {
+    if (bytes > 0) out.push_back({axis, what, kind, ranks, bytes, overlapped, estimate});
+  };
+  // The token count (one word per rank) and the loss sums (one double per micro-batch).
+  add("data", "token count and loss sums", Kind::all_gather, data_world,
+      int64_t{data_world} * 8 * (1 + m), false);
+  if (zero_stage <= 1) {
+    if (data_world > 1)
+      add("data", "gradient all-reduce", Kind::all_reduce, data_world, m * numel * f32, true);
+  } else {
+    add("data", "gradient reduce-scatter", Kind::reduce_scatter, data_world, m * padded * f32,
+        true);
+    if (replicas > 1)
+      add("dp", "gradient shard assembly", Kind::all_gather, replicas, m * shard * f32, true);
+    add("data", "running-sum gather", Kind::all_gather, data_world, (m - 1) * padded * f32,
+        true);
+  }
+  // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back.
+  if ((zero_stage == 1 || zero_stage == 2) && shape.fsdp > 1)
+    add("fsdp", "weight all-gather after the step", Kind::all_gather, shape.fsdp, padded * f32,
+        false);
+  if (zero_stage == 3) {
+    const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
+    const int64_t bytes = stage3_gather_bytes(config, micro_batches, [&](int g) {
+      // A group's gather: its trainable part and (LoRA) its frozen base.
+      int64_t b = plan.group(g).numel > 0 ? plan.group(g).padded * f32 : 0;
+      if (layouts.frozen && layouts.frozen_plan.group(g).numel > 0)
+        b += layouts.frozen_plan.group(g).padded * static_cast<int64_t>(dtype_size(frozen_dtype));
+      return b;
+    });
+    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp, bytes, true);
+  }
+  // Tensor parallelism (estimate, (N, C) f32 sums of one micro-batch each): the row-parallel
+  // outputs of attention and MLP in forward and the column-parallel input gradients in
+  // backward, plus the vocabulary-parallel embedding and head; under sequence parallelism a
+  // half-block gathers its input and reduce-scatters its output in forward, and in backward
+  // gathers the residual gradient and its input again and reduce-scatters the input gradient.
+  // Recomputation repeats the forward of every layer but the last.
+  if (shape.tp > 1) {
+    const int64_t layers = config.n_layers;
+    const int64_t activation = micro_batch_rows * config.dim * f32;
+    const int64_t recomputed =
+        options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
+    if (parallel.sequence_parallel) {
+      const int64_t sums = m * (10 * layers + 4 + 4 * recomputed);
+      add("tp", "sequence-parallel gathers and scatters", Kind::all_gather, shape.tp,
+          sums * activation, false, true);
+    } else {
+      const int64_t sums = m * (4 * layers + 2 + 2 * recomputed);
+      add("tp", "activation all-reduce", Kind::all_reduce, shape.tp, sums * activation, false,
+          true);
+    }
+  }
+  // Context parallelism (estimate): ring attention passes each rank's keys and values on
+  // cp - 1 times per layer in forward (again when recomputed) and in backward, where the f32
+  // key/value gradients travel cp times (the last pass returns them to their owner).
+  if (shape.cp > 1) {
+    const LlamaConfig shard = tp_shard_config(config, shape.tp);
+    const int64_t layers = config.n_layers;
+    const int64_t kv = 2 * micro_batch_rows * shard.kv_dim();
+    const int64_t kv_bytes = kv * static_cast<int64_t>(dtype_size(options.compute_dtype));
+    const int64_t recomputed =
+        options.activation_checkpointing ? std::max<int64_t>(0, layers - 1) : 0;
+    const int64_t blocks = (shape.cp - 1) * kv_bytes * (2 * layers + recomputed) +
+                           int64_t{shape.cp} * kv * f32 * layers;
+    // Each block is counted once sent and once received.
+    add("cp", "ring attention exchange", Kind::exchange, shape.cp, 2 * m * blocks, true, true);
+  }
+  return out;
+}
+
+}  // namespace anvil

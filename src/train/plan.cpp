@@ -1,0 +1,394 @@
+// The plan's memory and time model, the --fit mesh search and what would make a configuration
+// fit (see plan.h). Reports (JSON and text) live in plan_report.cpp.
+#include "train/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+#include "model/lora.h"
+#include "train/model_setup.h"
+
+namespace anvil {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// The largest micro-batch --fit tries.
+constexpr int64_t kMaxMicroBatch = 65536;
+
+int64_t& category(MemoryByCategory& bytes, MemoryCategory c) {
+  return bytes[static_cast<size_t>(c)];
+}
+
+int64_t sum(const MemoryByCategory& bytes) {
+  int64_t total = 0;
+  for (const int64_t b : bytes) total += b;
+  return total;
+}
+
+// Moves to host memory what only the optimizer step touches: the AdamW moments, the f32
+// masters of this rank's optimizer shard (stage 3's weight shards; under stages 0-2 the
+// device keeps the replica the model computes with and the host a master copy of the shard),
+// and the reduced gradient shards (stages 2-3; under stages 0-1 the model's gradients stay
+// and the host receives the shard the step needs).
+void apply_offload(int stage, MemoryByCategory& device, MemoryByCategory& host) {
+  const int64_t moments = category(device, MemoryCategory::optimizer_state);
+  const int64_t master_shard = moments / 2;  // one f32 per element the rank steps
+  category(host, MemoryCategory::optimizer_state) = moments;
+  category(device, MemoryCategory::optimizer_state) = 0;
+  if (stage == 3) {
+    std::swap(category(host, MemoryCategory::trainable_weights),
+              category(device, MemoryCategory::trainable_weights));
+  } else {
+    category(host, MemoryCategory::trainable_weights) = master_shard;
+  }
+  if (stage >= 2) {
+    std::swap(category(host, MemoryCategory::gradients),
+              category(device, MemoryCategory::gradients));
+  } else {
+    category(host, MemoryCategory::gradients) = master_shard;
+  }
+}
+
+// Returns the world ranks an axis's group spans (innermost tp, then cp, dp, fsdp).
+int axis_extent(const std::string& axis, const MeshShape& s) {
+  if (axis == "tp") return s.tp;
+  if (axis == "cp") return s.tp * s.cp;
+  if (axis == "dp") return s.tp * s.cp * s.dp;
+  return s.tp * s.cp * s.dp * s.fsdp;  // data and fsdp
+}
+
+// Returns the bytes a rank sends for a collective of `payload` bytes over `ranks` (ring).
+double wire_bytes(const PlannedCollective& c) {
+  const double n = c.ranks, payload = static_cast<double>(c.payload_bytes);
+  switch (c.kind) {
+    case PlannedCollective::Kind::all_reduce:
+      return 2.0 * (n - 1) / n * payload;
+    case PlannedCollective::Kind::all_gather:
+    case PlannedCollective::Kind::reduce_scatter:
+      return (n - 1) / n * payload;
+    case PlannedCollective::Kind::exchange:
+      return payload / 2;  // each block is counted once sent and once received
+  }
+  return payload;
+}
+
+// Returns the FLOPs one token costs as the engine executes it: the model FLOPs of
+// LlamaConfig::flops_per_token, less the weight gradients of a frozen base, plus the adapters
+// (6 per parameter) and a second forward pass under activation checkpointing.
+double executed_flops_per_token(const TrainConfig& config, const LlamaConfig& llama,
+                                int64_t adapter_params) {
+  const int seq = static_cast<int>(config.training.seq_len);
+  const double fraction =
+      attention_schedule_from(config.attention).mean_visible_fraction(llama.n_layers, seq);
+  const double matmul = static_cast<double>(llama.matmul_param_count());
+  const double attention_forward =
+      4.0 * llama.n_layers * static_cast<double>(seq) * llama.q_dim() * fraction;
+  double flops = llama.flops_per_token(seq, fraction);
+  const bool lora = config.lora.r > 0;
+  if (lora) flops += -2.0 * matmul + 6.0 * static_cast<double>(adapter_params);
+  if (config.training.activation_checkpointing) {
+    flops += 2.0 * matmul + attention_forward +
+             (lora ? 2.0 * static_cast<double>(adapter_params) : 0.0);
+  }
+  return flops;
+}
+
+StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
+                            const ModelOptions& options, const MeshShape& shape,
+                            const PlanSettings& settings, int64_t adapter_params,
+                            const MemoryByCategory& host) {
+  const HardwareProfile& hw = settings.hardware;
+  const int world = shape.dp * shape.fsdp * shape.tp * shape.cp;
+  const int64_t micro_batch = config.training.batch_size, seq = config.training.seq_len;
+  const int micro_batches = static_cast<int>(config.training.grad_accum);
+  StepTimePlan t;
+  t.tokens_per_step = micro_batch * seq * micro_batches * shape.dp * shape.fsdp;
+  t.flops_per_token = executed_flops_per_token(config, llama, adapter_params);
+  t.flops_per_device = t.flops_per_token * static_cast<double>(t.tokens_per_step) / world;
+  t.peak_tflops = config.training.dtype == "bf16" ? hw.bf16_tflops : hw.f32_tflops;
+  t.efficiency = settings.efficiency > 0 ? settings.efficiency : hw.efficiency;
+  t.compute_s = t.flops_per_device / (t.peak_tflops * 1e12 * t.efficiency);
+
+  for (const PlannedCollective& c : DataParallelEngine::planned_collectives(
+           llama, options, parallel_settings_from(config.parallel), world, micro_batches,
+           micro_batch * seq / shape.cp)) {
+    PlannedTransfer transfer;
+    transfer.collective = c;
+    transfer.inter_node = axis_extent(c.axis, shape) > hw.devices_per_node;
+    const double gbps = transfer.inter_node ? hw.network_gbps : hw.link_gbps;
+    transfer.seconds = wire_bytes(c) / (gbps * 1e9 * settings.comm_efficiency);
+    t.transfers.push_back(transfer);
+  }
+  if (config.parallel.offload) {
+    // Gradient shards down and updated master shards up over the host link (full duplex), and
+    // the CPU AdamW step reading and writing 28 bytes per element (p, g, m, v in; p, m, v out)
+    // at this device's share of the host memory bandwidth.
+    const double shard_bytes =
+        static_cast<double>(host[static_cast<size_t>(MemoryCategory::optimizer_state)]) / 2;
+    PlannedTransfer transfers;
+    transfers.collective = {"host", "offload: gradients down, weights up",
+                            PlannedCollective::Kind::exchange, 1,
+                            static_cast<int64_t>(2 * shard_bytes), true, false};
+    transfers.seconds = shard_bytes / (hw.host_link_gbps * 1e9);
+    t.transfers.push_back(transfers);
+    PlannedTransfer adamw;
+    adamw.collective = {"host", "offload: host AdamW step", PlannedCollective::Kind::exchange,
+                        1, 0, false, false};
+    adamw.seconds = 7.0 * shard_bytes / (hw.host_memory_gbps * 1e9 / hw.devices_per_node);
+    t.transfers.push_back(adamw);
+  }
+  for (const PlannedTransfer& transfer : t.transfers)
+    (transfer.collective.overlapped ? t.overlapped_s : t.serial_s) += transfer.seconds;
+  t.step_s = std::max(t.compute_s, t.overlapped_s) + t.serial_s;
+  t.exposed_comm_s = t.step_s - t.compute_s;
+  t.tokens_per_s = static_cast<double>(t.tokens_per_step) / t.step_s;
+  return t;
+}
+
+std::string gib(int64_t bytes) {
+  return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / kGiB);
+}
+
+// A configuration with auto dp and fsdp (so a different world size resolves).
+TrainConfig with_auto_mesh(TrainConfig config) {
+  config.parallel.dp = 0;
+  config.parallel.fsdp = 0;
+  return config;
+}
+
+// Returns the plan, or nothing when a run would refuse the configuration.
+std::optional<Plan> try_plan(const TrainConfig& config, const PlanSettings& settings) {
+  try {
+    return make_plan(config, settings);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// Returns the largest micro-batch in [1, kMaxMicroBatch] with which `config` fits, and its
+// plan; nothing when even one sequence does not fit. Memory grows with the micro-batch.
+std::optional<Plan> largest_fitting_micro_batch(TrainConfig config, const PlanSettings& settings) {
+  config.training.batch_size = 1;
+  std::optional<Plan> best = try_plan(config, settings);
+  if (!best || !best->fits) return std::nullopt;
+  int64_t lo = 1, hi = 2;
+  while (hi <= kMaxMicroBatch) {
+    config.training.batch_size = hi;
+    std::optional<Plan> plan = try_plan(config, settings);
+    if (!plan || !plan->fits) break;
+    best = plan;
+    lo = hi;
+    hi *= 2;
+  }
+  hi = std::min(hi, kMaxMicroBatch + 1);  // the first size that does not fit (or the cap)
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    config.training.batch_size = mid;
+    std::optional<Plan> plan = try_plan(config, settings);
+    if (plan && plan->fits) {
+      best = plan;
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return best;
+}
+
+// Every mesh of `nproc` devices a run of `config` accepts, as configs with dp, fsdp, tp and
+// cp set; `first_error` receives why the first rejected one was refused.
+std::vector<TrainConfig> candidate_meshes(const TrainConfig& config, int nproc,
+                                          std::string& first_error) {
+  std::vector<TrainConfig> out;
+  for (int tp = 1; tp <= nproc; ++tp) {
+    if (nproc % tp != 0) continue;
+    for (int cp = 1; cp * tp <= nproc; ++cp) {
+      if ((nproc / tp) % cp != 0) continue;
+      const int rest = nproc / tp / cp;
+      for (int fsdp = 1; fsdp <= rest; ++fsdp) {
+        if (rest % fsdp != 0) continue;
+        if (config.parallel.zero_stage == 0 && fsdp > 1) continue;
+        TrainConfig c = config;
+        c.parallel.tp = tp;
+        c.parallel.cp = cp;
+        c.parallel.fsdp = fsdp;
+        c.parallel.dp = rest / fsdp;
+        if (tp == 1) c.parallel.sequence_parallel = false;
+        try {
+          validate_config(c);
+          resolve_mesh_shape(parallel_settings_from(c.parallel), nproc);
+          out.push_back(c);
+        } catch (const Error& e) {
+          if (first_error.empty()) first_error = e.what();
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Returns the smallest plan (by per-device peak) over every mesh at micro-batch 1, or nothing.
+std::optional<Plan> leanest_mesh(const TrainConfig& config, const PlanSettings& settings) {
+  std::string ignored;
+  std::optional<Plan> best;
+  TrainConfig one = config;
+  one.training.batch_size = 1;
+  for (const TrainConfig& c : candidate_meshes(one, settings.nproc, ignored)) {
+    std::optional<Plan> plan = try_plan(c, settings);
+    if (plan && (!best || plan->device_total < best->device_total)) best = plan;
+  }
+  return best;
+}
+
+}  // namespace
+
+Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
+  ANVIL_CHECK(settings.nproc >= 1, "[plan] --nproc must be >= 1, got {}", settings.nproc);
+  ANVIL_CHECK(settings.reserve >= 0 && settings.reserve < 1,
+              "[plan] --reserve must be in [0, 1), got {}", settings.reserve);
+  Plan plan;
+  plan.config = input;
+  const TrainConfig& config = plan.config;
+  validate_config(config);
+  plan.shape = resolve_mesh_shape(parallel_settings_from(config.parallel), settings.nproc);
+  plan.world = settings.nproc;
+  plan.zero_stage = static_cast<int>(config.parallel.zero_stage);
+  plan.offload = config.parallel.offload;
+  const LlamaConfig llama = llama_config_from(config.model);
+  const ModelOptions options = model_options_from(config);
+  const int micro_batches = static_cast<int>(config.training.grad_accum);
+
+  const ParallelSettings parallel = parallel_settings_from(config.parallel);
+  plan.device = DataParallelEngine::planned_memory(llama, options, parallel, plan.world,
+                                                  micro_batches)
+                    .by_category();
+  if (plan.offload) apply_offload(plan.zero_stage, plan.device, plan.host);
+  plan.device_total = sum(plan.device);
+  plan.host_total = sum(plan.host);
+  plan.capacity = static_cast<int64_t>(static_cast<double>(settings.hardware.memory_bytes) *
+                                       (1.0 - settings.reserve));
+  plan.fits = plan.device_total <= plan.capacity;
+
+  const int64_t adapter_params =
+      options.lora.enabled() ? make_lora_layout(llama, options.lora)->total_params() : 0;
+  plan.trainable = options.lora.enabled() ? adapter_params : llama.param_count();
+  plan.parameters = llama.param_count() + adapter_params;
+  plan.time =
+      plan_step_time(config, llama, options, plan.shape, settings, adapter_params, plan.host);
+  return plan;
+}
+
+std::vector<std::string> what_would_fit(const TrainConfig& config, const PlanSettings& settings,
+                                        bool search_meshes) {
+  // A candidate fits: on this mesh at this micro-batch, or (search_meshes) on any mesh of the
+  // same devices at micro-batch 1.
+  auto attempt = [&](const TrainConfig& c, const PlanSettings& s) -> std::optional<Plan> {
+    std::optional<Plan> plan = search_meshes ? leanest_mesh(c, s) : try_plan(c, s);
+    if (plan && plan->fits) return plan;
+    return std::nullopt;
+  };
+  std::vector<std::string> lines;
+  auto suggest = [&](const std::string& change, const TrainConfig& c) {
+    if (std::optional<Plan> plan = attempt(c, settings))
+      lines.push_back(fmt::format("{}: {} per device", change, gib(plan->device_total)));
+  };
+  if (!config.training.activation_checkpointing) {
+    TrainConfig c = config;
+    c.training.activation_checkpointing = true;
+    suggest("activation checkpointing (--training.activation_checkpointing=true)", c);
+  }
+  if (config.parallel.zero_stage < 3 && settings.nproc > 1) {
+    TrainConfig c = with_auto_mesh(config);
+    c.parallel.zero_stage = 3;
+    suggest("ZeRO-3 (--parallel.zero_stage=3)", c);
+  }
+  if (!config.parallel.offload) {
+    TrainConfig c = config;
+    c.parallel.offload = true;
+    suggest("optimizer offload (--parallel.offload=true)", c);
+  }
+  if (config.training.dtype == "f32") {
+    TrainConfig c = config;
+    c.training.dtype = "bf16";
+    suggest("bf16 compute (--training.dtype=bf16)", c);
+  }
+  if (config.lora.r == 0) {
+    TrainConfig c = config;
+    c.lora.r = 8;
+    suggest("LoRA adapters instead of full training (--lora.r=8)", c);
+  }
+  if (!search_meshes && config.training.batch_size > 1) {
+    TrainConfig c = config;
+    if (std::optional<Plan> plan = largest_fitting_micro_batch(c, settings)) {
+      lines.push_back(fmt::format("micro-batch {} (--training.batch_size={}): {} per device",
+                                  plan->config.training.batch_size,
+                                  plan->config.training.batch_size, gib(plan->device_total)));
+    }
+  }
+  for (int64_t seq = config.training.seq_len / 2; seq >= 64; seq /= 2) {
+    TrainConfig c = config;
+    c.training.seq_len = seq;
+    if (std::optional<Plan> plan = attempt(c, settings)) {
+      lines.push_back(fmt::format("sequences of {} tokens (--training.seq_len={}): {} per device",
+                                  seq, seq, gib(plan->device_total)));
+      break;
+    }
+  }
+  // More devices shard more (ZeRO-3 when the configuration replicates).
+  TrainConfig more = with_auto_mesh(config);
+  if (more.parallel.zero_stage == 0) more.parallel.zero_stage = 3;
+  for (int nproc = settings.nproc * 2; nproc <= settings.nproc * 1024; nproc *= 2) {
+    PlanSettings s = settings;
+    s.nproc = nproc;
+    if (std::optional<Plan> plan = attempt(more, s)) {
+      lines.push_back(fmt::format("{} devices{} (--nproc {}): {} per device", nproc,
+                                  config.parallel.zero_stage == 0 ? " with ZeRO-3" : "", nproc,
+                                  gib(plan->device_total)));
+      break;
+    }
+  }
+  return lines;
+}
+
+std::vector<Plan> fit_meshes(const TrainConfig& config, const PlanSettings& settings) {
+  validate_config(config);
+  std::string first_error;
+  const std::vector<TrainConfig> meshes = candidate_meshes(config, settings.nproc, first_error);
+  ANVIL_CHECK(!meshes.empty(), "[plan] no mesh of {} devices suits this configuration: {}",
+              settings.nproc, first_error);
+  std::vector<Plan> fitting;
+  for (const TrainConfig& mesh : meshes) {
+    if (std::optional<Plan> plan = largest_fitting_micro_batch(mesh, settings))
+      fitting.push_back(std::move(*plan));
+  }
+  if (fitting.empty()) {
+    const std::optional<Plan> leanest = leanest_mesh(config, settings);
+    const std::vector<std::string> remedies = what_would_fit(config, settings, true);
+    std::string remedy_text;
+    for (const std::string& line : remedies) remedy_text += "; " + line;
+    ANVIL_FAIL("[plan] nothing fits on {} x {}: the leanest mesh ({}) needs {} per device at "
+               "micro-batch 1, over the {} usable of {}{}",
+               settings.nproc, settings.hardware.description,
+               leanest ? fmt::format("dp {} x fsdp {} x tp {} x cp {}", leanest->shape.dp,
+                                     leanest->shape.fsdp, leanest->shape.tp, leanest->shape.cp)
+                       : std::string("none plans"),
+               leanest ? gib(leanest->device_total) : std::string("?"),
+               gib(static_cast<int64_t>(static_cast<double>(settings.hardware.memory_bytes) *
+                                        (1.0 - settings.reserve))),
+               gib(settings.hardware.memory_bytes),
+               remedies.empty() ? std::string("; no single change tried (activation "
+                                              "checkpointing, ZeRO-3, offload, bf16, LoRA, "
+                                              "shorter sequences, up to 1024x the devices) "
+                                              "would fit either")
+                                : "; it would fit with" + remedy_text.substr(1));
+  }
+  std::stable_sort(fitting.begin(), fitting.end(), [](const Plan& a, const Plan& b) {
+    return a.time.tokens_per_s > b.time.tokens_per_s;
+  });
+  return fitting;
+}
+
+}  // namespace anvil
