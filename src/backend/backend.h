@@ -198,7 +198,6 @@ class Backend : public Allocator {
   virtual double sum_squares(const Tensor& x) = 0;
   // Returns false when any element is NaN or infinite.
   virtual bool all_finite(const Tensor& x) = 0;
-
 };
 
 // Creates a backend by name: "cpu" (optimized), "cpu-ref" (reference loops), "cuda".
