@@ -11,7 +11,7 @@ first --warmup steps excluded); achieved FLOP/s uses one formula for every side 
 LlamaConfig::flops_per_token: 6 * matmul parameters + 12 * layers * seq * q_dim per token);
 MFU is given against 989 TFLOP/s (H100/H200 dense bf16) and against a bf16 GEMM ceiling
 measured in the same run (torch.matmul, 8192^3). Peak memory: torch.cuda.max_memory_allocated
-for torch, and the device-allocator peak from anvil's JSON summary when it reports one.
+for torch, and the backend's counted peak (peak_device_mb) from anvil's JSON summary.
 
 Usage:
   bench/gpu_compare.py --anvil build/anvil [--quick] [--time-budget 420] [--markdown F] [--json F]
@@ -37,7 +37,8 @@ CONFIGS = {
 QUICK = ("small seq1024 b8",)
 IMPLS = ("anvil", "torch-eager", "torch-compile")
 OPTIMIZER = dict(lr=3e-4, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8)
-# Field of anvil's JSON summary holding the device allocator's peak, in MiB (-1 on the CPU).
+# Field of anvil's JSON summary holding the most memory rank 0's backend held at once, in MiB
+# (its allocations as counted by category: requested bytes, like max_memory_allocated).
 ANVIL_PEAK_KEY = "peak_device_mb"
 
 

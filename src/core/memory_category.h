@@ -2,7 +2,7 @@
 // current and peak per rank (issue: measured memory by category), and `anvil plan` predicts
 // per-device bytes under the same categories, so a prediction and a measurement compare
 // category by category. The names are the keys in sharding.json, metrics.jsonl
-// (mem_peak_<name>_bytes), the trace's memory counter and `anvil plan --json`.
+// ("mem_peak": {"<name>": bytes, ...}), the trace's memory counter and `anvil plan --json`.
 #pragma once
 
 #include <array>

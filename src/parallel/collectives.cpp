@@ -1,6 +1,7 @@
 // Exact host collectives (see collectives.h): values travel as pairs of u32 words.
 #include "parallel/collectives.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -23,6 +24,24 @@ std::vector<int64_t> all_gather_int64s(Communicator& comm, std::span<const int64
     out.push_back(static_cast<int64_t>(word));
   }
   return out;
+}
+
+std::vector<MemorySnapshot> all_gather_memory(Communicator& comm, const MemorySnapshot& mine) {
+  std::vector<int64_t> values(mine.current.begin(), mine.current.end());
+  values.insert(values.end(), mine.peak.begin(), mine.peak.end());
+  values.push_back(mine.total);
+  values.push_back(mine.total_peak);
+  const std::vector<int64_t> all = all_gather_int64s(comm, values);
+  std::vector<MemorySnapshot> ranks(all.size() / values.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int64_t* v = all.data() + r * values.size();
+    MemorySnapshot& s = ranks[r];
+    std::copy_n(v, s.current.size(), s.current.begin());
+    std::copy_n(v + s.current.size(), s.peak.size(), s.peak.begin());
+    s.total = v[values.size() - 2];
+    s.total_peak = v[values.size() - 1];
+  }
+  return ranks;
 }
 
 std::vector<double> all_gather_doubles(Communicator& comm, std::span<const double> values) {

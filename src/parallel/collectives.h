@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/memory_counters.h"
 
 namespace anvil {
 
@@ -16,6 +17,9 @@ namespace anvil {
 std::vector<uint64_t> all_gather_words(Communicator& comm, std::span<const uint64_t> values);
 std::vector<int64_t> all_gather_int64s(Communicator& comm, std::span<const int64_t> values);
 std::vector<double> all_gather_doubles(Communicator& comm, std::span<const double> values);
+
+// Returns every rank's memory snapshot, in rank order.
+std::vector<MemorySnapshot> all_gather_memory(Communicator& comm, const MemorySnapshot& mine);
 
 // Returns the sum of one integer over all ranks (exact).
 int64_t all_ranks_sum(Communicator& comm, int64_t value);

@@ -83,13 +83,13 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
               "[parallel] optimizer offload is implemented for the cpu backend only, where "
               "optimizer state already lives in host memory; the {} backend cannot offload yet",
               model.backend().name());
-  // The staging of the host collectives (ordered sums) is memory of a CPU backend, whose
-  // device is the host; it is counted there as communication.
-  if (model.backend().device().is_cpu()) mesh.set_staging_allocator(&model.backend());
   allocate_state(options.micro_batches);
   build_optimizer();
   gradient_slot_of_.assign(static_cast<size_t>(plan_.group_count()), -1);
   model.set_group_hooks(this);
+  // The staging of the host collectives (ordered sums) is memory of a CPU backend, whose
+  // device is the host; it is counted there as communication (until the engine is gone).
+  if (model.backend().device().is_cpu()) mesh.set_staging_allocator(&model.backend());
 }
 
 DataParallelEngine::~DataParallelEngine() {

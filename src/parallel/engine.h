@@ -87,6 +87,12 @@ struct PlannedMemory {
   int64_t comm_buffers = 0;  // gather / reduce slots for whole groups (stages 2 and 3)
   int64_t activations = 0;   // the model's activation arena
   int64_t workspace = 0;     // compute-dtype weight copies (mixed precision)
+  // Not held at setup: the receive buffers of the ordered sums while they run (communication).
+  // Stages 0-1 all-reduce every group's gradient and hold them until the micro-step ends;
+  // stages 2-3 have the reduce-scatters of up to two groups in flight (measured: 1.7 to 2.4
+  // times the largest group's bytes on the tiny preset, depending on timing), counted as two
+  // of the largest group. None with one data rank.
+  int64_t collective_staging = 0;
   int64_t total() const {
     return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;
   }

@@ -116,6 +116,10 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     report.comm_buffers += kGradientSlots * plan.max_padded() * f32;
     if (micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
   }
+  if (shape.dp * shape.fsdp > 1) {
+    report.collective_staging = zero_stage <= 1 ? static_cast<int64_t>(model.gradients)
+                                                : 2 * plan.max_padded() * f32;
+  }
   return report;
 }
 

@@ -161,34 +161,29 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
 
   // Per rank: the current bytes by category, their total, the category peaks and the peak
   // total, as the rank's backend measured them (DataParallelEngine::memory).
-  const MemorySnapshot mine = engine.memory();
-  std::vector<int64_t> values(mine.current.begin(), mine.current.end());
-  values.insert(values.end(), mine.peak.begin(), mine.peak.end());
-  values.push_back(mine.total);
-  values.push_back(mine.total_peak);
-  const std::vector<int64_t> all = all_gather_int64s(mesh.world(), values);
-  constexpr size_t kCount = kMemoryCategoryCount;
+  const std::vector<MemorySnapshot> all = all_gather_memory(mesh.world(), engine.memory());
   report.json["memory_per_rank"] = nlohmann::json::array();
   report.text += "memory per rank, MiB (measured: what each rank's backend holds now, and its "
                  "peak so far):\n";
   report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
                              "rank", "frozen", "train-w", "grads", "optim", "activ", "comm",
                              "work", "total", "peak");
-  for (size_t r = 0; r * values.size() < all.size(); ++r) {
-    const int64_t* v = all.data() + r * values.size();
+  for (size_t r = 0; r < all.size(); ++r) {
+    const MemorySnapshot& m = all[r];
     nlohmann::json entry = {{"rank", r}};
     nlohmann::json peak = nlohmann::json::object();
-    for (size_t c = 0; c < kCount; ++c) {
-      entry[std::string(kMemoryCategoryNames[c])] = v[c];
-      peak[std::string(kMemoryCategoryNames[c])] = v[kCount + c];
+    for (size_t c = 0; c < m.current.size(); ++c) {
+      entry[std::string(kMemoryCategoryNames[c])] = m.current[c];
+      peak[std::string(kMemoryCategoryNames[c])] = m.peak[c];
     }
-    entry["total"] = v[2 * kCount];
-    entry["total_peak"] = v[2 * kCount + 1];
+    entry["total"] = m.total;
+    entry["total_peak"] = m.total_peak;
     entry["peak"] = std::move(peak);
     report.json["memory_per_rank"].push_back(entry);
+    const MemoryByCategory& v = m.current;
     report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
                                r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]),
-                               mib(v[5]), mib(v[6]), mib(v[2 * kCount]), mib(v[2 * kCount + 1]));
+                               mib(v[5]), mib(v[6]), mib(m.total), mib(m.total_peak));
   }
   if (!report.text.empty() && report.text.back() == '\n') report.text.pop_back();
   return report;

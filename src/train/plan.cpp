@@ -262,9 +262,11 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   const int micro_batches = static_cast<int>(config.training.grad_accum);
 
   const ParallelSettings parallel = parallel_settings_from(config.parallel);
-  plan.device = DataParallelEngine::planned_memory(llama, options, parallel, plan.world,
-                                                  micro_batches)
-                    .by_category();
+  const PlannedMemory planned =
+      DataParallelEngine::planned_memory(llama, options, parallel, plan.world, micro_batches);
+  plan.buffers = planned.by_category();
+  plan.device = plan.buffers;
+  plan.device[static_cast<size_t>(MemoryCategory::communication)] += planned.collective_staging;
   if (plan.offload) apply_offload(plan.zero_stage, plan.device, plan.host);
   plan.device_total = sum(plan.device);
   plan.host_total = sum(plan.host);

@@ -63,7 +63,8 @@ struct Plan {
   bool offload = false;
   int64_t parameters = 0;  // the whole model (adapters included with LoRA)
   int64_t trainable = 0;
-  MemoryByCategory device{};  // per device
+  MemoryByCategory buffers{};  // per device: what a run allocates at setup (sharding.json)
+  MemoryByCategory device{};   // per device at the step's peak: buffers + collective staging
   MemoryByCategory host{};    // per device's share of host memory (offload)
   int64_t device_total = 0;
   int64_t host_total = 0;

@@ -62,6 +62,7 @@ nlohmann::ordered_json plan_object(const Plan& plan, const std::vector<std::stri
                {"zero_stage", plan.zero_stage},
                {"offload", plan.offload}};
   j["peak_bytes"] = categories_json(plan.device);
+  j["buffer_bytes"] = categories_json(plan.buffers);
   j["peak_bytes_total"] = plan.device_total;
   j["host_bytes"] = categories_json(plan.host);
   j["host_bytes_total"] = plan.host_total;

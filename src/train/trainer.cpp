@@ -95,20 +95,14 @@ std::unique_ptr<CollectiveWatchdog> make_watchdog(const TrainConfig& config,
 
 // Returns the largest value of every field of the ranks' snapshots (collective over `world`).
 MemorySnapshot max_over_ranks(Communicator& world, const MemorySnapshot& mine) {
-  std::vector<int64_t> values(mine.current.begin(), mine.current.end());
-  values.insert(values.end(), mine.peak.begin(), mine.peak.end());
-  values.push_back(mine.total);
-  values.push_back(mine.total_peak);
-  const std::vector<int64_t> all = all_gather_int64s(world, values);
   MemorySnapshot max = mine;
-  for (size_t r = 0; r * values.size() < all.size(); ++r) {
-    const int64_t* v = all.data() + r * values.size();
+  for (const MemorySnapshot& rank : all_gather_memory(world, mine)) {
     for (size_t c = 0; c < max.current.size(); ++c) {
-      max.current[c] = std::max(max.current[c], v[c]);
-      max.peak[c] = std::max(max.peak[c], v[max.current.size() + c]);
+      max.current[c] = std::max(max.current[c], rank.current[c]);
+      max.peak[c] = std::max(max.peak[c], rank.peak[c]);
     }
-    max.total = std::max(max.total, v[values.size() - 2]);
-    max.total_peak = std::max(max.total_peak, v[values.size() - 1]);
+    max.total = std::max(max.total, rank.total);
+    max.total_peak = std::max(max.total_peak, rank.total_peak);
   }
   return max;
 }

@@ -1,5 +1,6 @@
-// The registry, the CPU backend's memory functions and memory counting, and RoPE's inverse frequencies checked
-// bit for bit against values PyTorch computed (the op driver checks the rest of RoPE).
+// The registry, the CPU backend's memory functions and memory counting, and RoPE's inverse
+// frequencies checked bit for bit against values PyTorch computed (the op driver checks the
+// rest of RoPE).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -36,8 +36,11 @@ TEST_F(ReportCliTest, ReportIsOneSelfContainedPageAndBadInputWritesNothing) {
   ASSERT_EQ(report.exit_code, 0) << report.output;
   const std::string html = read_file(run / "report.html");
   EXPECT_TRUE(html.starts_with("<!DOCTYPE html>")) << html.substr(0, 100);
-  // Loss, learning rate, gradient norm, tokens/s, skipped steps.
-  EXPECT_EQ(occurrences(html, "<svg"), 5) << html;
+  // Loss, learning rate, gradient norm, tokens/s, memory (held and peak), the per-category
+  // memory peaks, skipped steps.
+  EXPECT_EQ(occurrences(html, "<svg"), 7) << html;
+  EXPECT_NE(html.find("<title>Memory</title>"), std::string::npos);
+  EXPECT_NE(html.find("<title>mem_peak</title>"), std::string::npos);
   for (const char* outside : {"http:", "https:", "<script", "src=", "href=", "url(", "@import"}) {
     EXPECT_EQ(html.find(outside), std::string::npos) << outside;
   }
@@ -97,8 +100,10 @@ TEST_F(ReportCliTest, ReportRendersInHeadlessChromium) {
   const std::string url = "file://" + fs::absolute(run / "report.html").string();
   const auto dom = run_shell(chromium + "--dump-dom " + url + " 2>/dev/null");
   ASSERT_EQ(dom.exit_code, 0) << dom.output;
-  EXPECT_EQ(occurrences(dom.output, "<svg"), 5) << dom.output.substr(0, 2000);
-  EXPECT_EQ(occurrences(dom.output, "<polyline"), 6);  // loss: train and validation
+  EXPECT_EQ(occurrences(dom.output, "<svg"), 7) << dom.output.substr(0, 2000);
+  // Loss (train and validation), lr, grad norm, tokens/s, memory held and peak, the seven
+  // category peaks, skipped steps.
+  EXPECT_EQ(occurrences(dom.output, "<polyline"), 15);
   EXPECT_NE(dom.output.find("<title>Loss</title>"), std::string::npos);
 
   const fs::path shot = root / "report.png";

@@ -3,7 +3,9 @@
 // one process per rank; spans of one thread nest; every span lies inside steps A..B; the model's
 // groups, the optimizer, data loading, evaluation, checkpoints and copies have their spans;
 // each collective's bytes equal the formula of the shard plan and add up to the per-axis byte
-// counters; the printed and JSON summaries equal what the trace's events define. Bad values
+// counters; a "memory" counter holds each rank's bytes by category at the window's start and
+// after each step (one process: what metrics.jsonl measured at that step's end); the printed
+// and JSON summaries equal what the trace's events define. Bad values
 // of profile.steps are one error line and leave no run folder.
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/memory_category.h"
 #include "model/llama_parameters.h"
 #include "model/parameters.h"
 #include "train/config.h"
@@ -220,6 +223,29 @@ void check_bytes_match_counters(const nlohmann::json& doc, const std::vector<Spa
   }
 }
 
+// Checks that rank `pid` recorded the "memory" counter at the window's start and after each
+// step, every category named, and returns the total bytes of each after-step counter.
+std::vector<double> memory_counter_totals(const nlohmann::json& doc, int pid, size_t steps) {
+  std::vector<std::pair<int64_t, nlohmann::json>> counters;
+  for (const nlohmann::json& e : doc["traceEvents"])
+    if (e["ph"] == "C" && e["name"] == "memory" && e["pid"] == pid)
+      counters.emplace_back(ns(e["ts"]), e["args"]);
+  std::sort(counters.begin(), counters.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  EXPECT_EQ(counters.size(), steps + 1) << "a memory counter at the start and after each step";
+  std::vector<double> totals;
+  for (size_t i = 0; i < counters.size(); ++i) {
+    double total = 0;
+    for (const std::string_view name : kMemoryCategoryNames) {
+      EXPECT_TRUE(counters[i].second.contains(std::string(name))) << name;
+      total += counters[i].second.value(std::string(name), 0.0);
+    }
+    EXPECT_GT(counters[i].second["trainable_weights"].get<double>(), 0) << "rank " << pid;
+    if (i > 0) totals.push_back(total);
+  }
+  return totals;
+}
+
 class TrainTraceTest : public ::testing::Test {
  protected:
   void SetUp() override { root = scratch_dir("trace"); }
@@ -268,6 +294,17 @@ TEST_F(TrainTraceTest, OneProcessTracesItsWindow) {
   EXPECT_FALSE(named(spans, "copy to host", 0).empty());
   EXPECT_FALSE(named(spans, "all_gather data", 0).empty());  // the step's loss sums
   check_bytes_match_counters(doc, spans, 0, steps);
+  // Steps 2 and 3 end holding what metrics.jsonl measured (evaluation and checkpoint keep
+  // nothing they allocate).
+  std::vector<double> measured;
+  std::ifstream metrics(run / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    const int64_t step = record["step"].get<int64_t>();
+    if (record["type"] == "train" && (step == 2 || step == 3))
+      measured.push_back(record["mem_bytes"].get<double>());
+  }
+  EXPECT_EQ(memory_counter_totals(doc, 0, steps.size()), measured);
   check_summary(result.output, spans, 1);
 }
 
@@ -342,6 +379,7 @@ TEST_F(TrainTraceTest, TwoRankZero3TraceHasATrackPerRankAndTheShardPlanBytes) {
           << "rank " << rank;
     }
     check_bytes_match_counters(doc, spans, rank, steps);
+    memory_counter_totals(doc, rank, steps.size());
   }
   check_summary(result.output, spans, 2);
 }

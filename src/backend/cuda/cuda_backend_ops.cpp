@@ -1,7 +1,7 @@
 // CudaBackend's ops other than matmul: host-side checks (the CPU reference's messages), then
 // one launcher from cuda_ops.h, or the attention kernels of attention.h. Scratch memory comes
-// from the backend's counted allocate() (workspace) and is released right after the launch: the stream orders its
-// reuse after the kernel that used it.
+// from the backend's counted allocate() (workspace) and is released right after the launch:
+// the stream orders its reuse after the kernel that used it.
 #include <cmath>
 
 #include "backend/cpu/reference/reference_ops.h"

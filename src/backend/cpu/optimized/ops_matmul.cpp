@@ -16,7 +16,8 @@ namespace anvil::cpu_opt {
 OptimizedOps::OptimizedOps(Allocator& scratch)
     : scratch_allocator_(scratch),
       kernels_(select_kernels()),
-      gemm_(make_gemm(kernels_, scratch)) {
+      gemm_(make_gemm(kernels_, scratch)),
+      rope_tables_(scratch) {
 #if defined(__x86_64__)
   if (std::strcmp(kernels_.isa_name, "avx512") == 0 && cpu_info().avx512_bf16)
     bf16_attention_ = &avx512_bf16_attention_kernels();

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/reference/reference_ops.h"
 
@@ -24,7 +25,7 @@ RopeTables::View RopeTables::get(int64_t D, const RopeParams& params, int64_t ma
   for (Table& t : tables_)
     if (t.D == D && same_params(t.params, params)) table = &t;
   if (table == nullptr) {
-    tables_.push_back(Table{D, params, 0, {}, {}});
+    tables_.push_back(Table{D, params, 0, Buffer(), Buffer()});
     table = &tables_.back();
   }
   if (max_position >= table->capacity) {
@@ -32,18 +33,29 @@ RopeTables::View RopeTables::get(int64_t D, const RopeParams& params, int64_t ma
     while (capacity <= max_position) capacity *= 2;
     const int64_t half = D / 2;
     const std::vector<float> inv_freq = cpu_ref::rope_inv_freq(D, params);
-    table->cos.resize(static_cast<size_t>(capacity * half));
-    table->sin.resize(static_cast<size_t>(capacity * half));
+    const size_t bytes = static_cast<size_t>(capacity * half) * sizeof(float);
+    Buffer cos(memory_, bytes, MemoryCategory::workspace);
+    Buffer sin(memory_, bytes, MemoryCategory::workspace);
+    auto* const cos_values = static_cast<float*>(cos.data());
+    auto* const sin_values = static_cast<float*>(sin.data());
+    // The positions the old tables hold keep their values; only the new ones are computed.
+    if (table->capacity > 0) {
+      std::memcpy(cos_values, table->cos.data(), table->cos.bytes());
+      std::memcpy(sin_values, table->sin.data(), table->sin.bytes());
+    }
     for (int64_t pos = table->capacity; pos < capacity; ++pos) {
       for (int64_t i = 0; i < half; ++i) {
         const float angle = static_cast<float>(pos) * inv_freq[i];
-        table->cos[pos * half + i] = std::cos(angle);
-        table->sin[pos * half + i] = std::sin(angle);
+        cos_values[pos * half + i] = std::cos(angle);
+        sin_values[pos * half + i] = std::sin(angle);
       }
     }
+    table->cos = std::move(cos);
+    table->sin = std::move(sin);
     table->capacity = capacity;
   }
-  return View{table->cos.data(), table->sin.data()};
+  return View{static_cast<const float*>(table->cos.data()),
+              static_cast<const float*>(table->sin.data())};
 }
 
 }  // namespace anvil::cpu_opt

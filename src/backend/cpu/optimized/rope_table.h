@@ -2,18 +2,23 @@
 // in f32 for every element; the values depend only on (position, i), so the optimized rope
 // looks them up instead. A table covers positions [0, capacity) for one (head_dim, RopeParams)
 // and grows (to a power of two) when a larger position appears, so a training run builds it
-// once; values are computed exactly as the reference computes them, hence bit-identical.
+// once; values are computed exactly as the reference computes them, hence bit-identical. The
+// tables are the backend's memory, counted as workspace (they grow with the context length).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/buffer.h"
 
 namespace anvil::cpu_opt {
 
 class RopeTables {
  public:
+  // Takes the tables' memory from `memory` (the backend, which outlives this object).
+  explicit RopeTables(Allocator& memory) : memory_(memory) {}
+
   struct View {
     const float* cos = nullptr;  // (capacity, D/2)
     const float* sin = nullptr;
@@ -30,8 +35,9 @@ class RopeTables {
     int64_t D = 0;
     RopeParams params;
     int64_t capacity = 0;
-    std::vector<float> cos, sin;
+    Buffer cos, sin;  // (capacity, D/2) f32 each
   };
+  Allocator& memory_;
   std::vector<Table> tables_;
 };
 
