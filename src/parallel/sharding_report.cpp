@@ -190,6 +190,34 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
                                r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]),
                                mib(v[5]), mib(v[6]), mib(v[2 * kCount]), mib(v[2 * kCount + 1]));
   }
+  if (engine.offloaded()) {
+    // The offloaded optimizer's host memory (parallel.offload): f32 masters, gradient copies
+    // and AdamW moments of each rank's shard, which the device figures above no longer hold.
+    const MemorySnapshot host = engine.host_memory();
+    const std::vector<int64_t> host_all =
+        all_gather_int64s(mesh.world(), std::vector<int64_t>(host.current.begin(),
+                                                              host.current.end()));
+    report.json["host_memory_per_rank"] = nlohmann::json::array();
+    report.text += "host memory per rank, MiB (optimizer offload):\n";
+    report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>8}\n", "rank", "master", "grads",
+                               "optim", "total");
+    for (size_t r = 0; r * kCount < host_all.size(); ++r) {
+      const int64_t* v = host_all.data() + r * kCount;
+      nlohmann::json entry = {{"rank", r}};
+      int64_t total = 0;
+      for (size_t c = 0; c < kCount; ++c) {
+        entry[std::string(kMemoryCategoryNames[c])] = v[c];
+        total += v[c];
+      }
+      entry["total"] = total;
+      report.json["host_memory_per_rank"].push_back(entry);
+      const auto at = [&](MemoryCategory c) { return v[static_cast<size_t>(c)]; };
+      report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>8}\n", r,
+                                 mib(at(MemoryCategory::trainable_weights)),
+                                 mib(at(MemoryCategory::gradients)),
+                                 mib(at(MemoryCategory::optimizer_state)), mib(total));
+    }
+  }
   if (!report.text.empty() && report.text.back() == '\n') report.text.pop_back();
   return report;
 }
