@@ -31,6 +31,9 @@
 // first, so the result is that serial sum bit for bit at any world size and stage (one
 // process included). The loss is summed in the same order and the gradient norm is exact
 // (ExactSquareSum). Hence N processes reproduce one process with the same global batch.
+// Offload (mesh.offload(), engine_offload.cpp): the AdamW moments and f32 masters of this
+// rank's shard live in host memory and are stepped there (HostAdamW); the device keeps the
+// weights it computes with. Results are bitwise those without offload.
 #pragma once
 
 #include <cstdint>
@@ -141,8 +144,9 @@ class DataParallelEngine final : private GroupHooks {
   Backend& optimizer_backend() const;
 
   // Returns what this rank's backend holds now and has held at most, by category: every
-  // allocation of the model, the engine, the optimizer and the collectives' staging (and of
-  // anything else on the same backend), measured by the backend (core/memory_counters.h).
+  // allocation of the model, the engine, the optimizer (unless offloaded) and the
+  // collectives' staging (and of anything else on the same backend), measured by the backend
+  // (core/memory_counters.h).
   MemorySnapshot memory() const { return model_->backend().memory_snapshot(); }
   // Returns what the offloaded optimizer holds in host memory (masters, gradient copies,
   // moments), by category; all zero without offload.
