@@ -49,7 +49,13 @@ AdamW::AdamW(Backend& backend, std::vector<OptimizerGroup> groups, AdamWHyperPar
 }
 
 void AdamW::step(double lr, double grad_scale) {
-  ++step_count_;
+  begin_step();
+  for (size_t g = 0; g < groups_.size(); ++g) step_group(g, lr, grad_scale);
+}
+
+void AdamW::step_group(size_t group_index, double lr, double grad_scale) {
+  ANVIL_CHECK(group_index < groups_.size(), "[adamw] group {} of {}", group_index,
+              groups_.size());
   AdamWParams params;
   params.lr = static_cast<float>(lr);
   params.beta1 = static_cast<float>(hyper_.beta1);
@@ -57,20 +63,18 @@ void AdamW::step(double lr, double grad_scale) {
   params.eps = static_cast<float>(hyper_.eps);
   params.step = step_count_;
   params.grad_scale = static_cast<float>(grad_scale);
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const OptimizerGroup& group = groups_[g];
-    const int64_t n = group.params.numel();
-    const Tensor m = m_buffers_[g].as(DType::f32, {n});
-    const Tensor v = v_buffers_[g].as(DType::f32, {n});
-    for (const ParamSpan& span : group.spans) {
-      params.weight_decay = span.weight_decay ? static_cast<float>(hyper_.weight_decay) : 0.0f;
-      const Tensor copy =
-          group.param_copy.defined() ? group.param_copy.flat(span.offset, span.count) : Tensor();
-      backend_.adamw_step(group.params.flat(span.offset, span.count),
-                          group.grads.flat(span.offset, span.count),
-                          m.flat(span.offset, span.count), v.flat(span.offset, span.count), params,
-                          copy.defined() ? &copy : nullptr);
-    }
+  const OptimizerGroup& group = groups_[group_index];
+  const int64_t n = group.params.numel();
+  const Tensor m = m_buffers_[group_index].as(DType::f32, {n});
+  const Tensor v = v_buffers_[group_index].as(DType::f32, {n});
+  for (const ParamSpan& span : group.spans) {
+    params.weight_decay = span.weight_decay ? static_cast<float>(hyper_.weight_decay) : 0.0f;
+    const Tensor copy =
+        group.param_copy.defined() ? group.param_copy.flat(span.offset, span.count) : Tensor();
+    backend_.adamw_step(group.params.flat(span.offset, span.count),
+                        group.grads.flat(span.offset, span.count),
+                        m.flat(span.offset, span.count), v.flat(span.offset, span.count), params,
+                        copy.defined() ? &copy : nullptr);
   }
 }
 

@@ -52,6 +52,11 @@ class AdamW {
   // Applies one update at learning rate `lr`, multiplying every gradient by `grad_scale`
   // first (the clip coefficient), and advances the step counter.
   void step(double lr, double grad_scale);
+  // The same update one group at a time (an offloaded optimizer steps groups as their
+  // gradients arrive): begin_step advances the counter, then step_group(g, ...) updates
+  // group g with it; calling step_group once for every group equals step().
+  void begin_step() { ++step_count_; }
+  void step_group(size_t group, double lr, double grad_scale);
 
   // Returns the number of updates applied so far (0 before the first).
   int64_t step_count() const { return step_count_; }

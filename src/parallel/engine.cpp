@@ -79,12 +79,12 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
     frozen_plan_ = ShardPlan(model.parameters().layout(), mesh.data_world(), mesh.shape().fsdp,
                              mesh.data_rank());
   }
-  ANVIL_CHECK(!mesh.offload() || model.backend().device().is_cpu(),
-              "[parallel] optimizer offload is implemented for the cpu backend only, where "
-              "optimizer state already lives in host memory; the {} backend cannot offload yet",
-              model.backend().name());
   allocate_state(options.micro_batches);
-  build_optimizer();
+  if (mesh.offload()) {
+    build_host_optimizer();
+  } else {
+    build_optimizer();
+  }
   gradient_slot_of_.assign(static_cast<size_t>(plan_.group_count()), -1);
   model.set_group_hooks(this);
   // The staging of the host collectives (ordered sums) is memory of a CPU backend, whose
@@ -194,7 +194,25 @@ void DataParallelEngine::build_optimizer() {
 Tensor DataParallelEngine::moment(int group, int which) const {
   const int index = storage_[static_cast<size_t>(group)].optimizer_index;
   if (index < 0) return Tensor();
-  return optimizer_->state_tensors()[static_cast<size_t>(2 * index + which)].tensor;
+  const std::vector<NamedTensor> state =
+      offloaded() ? host_optimizer_->state_tensors() : optimizer_->state_tensors();
+  return state[static_cast<size_t>(2 * index + which)].tensor;
+}
+
+Backend& DataParallelEngine::optimizer_backend() const {
+  return offloaded() ? host_optimizer_->backend() : model_->backend();
+}
+
+int64_t DataParallelEngine::optimizer_steps() const {
+  return offloaded() ? host_optimizer_->step_count() : optimizer_->step_count();
+}
+
+void DataParallelEngine::set_optimizer_steps(int64_t steps) {
+  if (offloaded()) {
+    host_optimizer_->set_step_count(steps);
+  } else {
+    optimizer_->set_step_count(steps);
+  }
 }
 
 StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, double lr,
@@ -226,6 +244,8 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
     end_pass();
     finish_micro_step(m + 1 == micro_batches.size());
   }
+  // Offload: the reduced gradients go to the host now; the norm below reads them there.
+  if (offloaded()) copy_gradients_to_host();
   // Global micro-batch j = m * world + r: add the sums in that order, as one process would
   // (under context parallelism each micro-batch's sum is itself its cp ranks' partial sums).
   const std::vector<double> all_sums = all_gather_doubles(data, loss_sums);
@@ -246,6 +266,10 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
     return report;
   }
   weight_slots_.wait_all();  // no gather may still read the shards the step rewrites
+  if (offloaded()) {
+    offloaded_step(lr, report.clip_scale / loss_scale);
+    return report;
+  }
   {
     TraceSpan span("optimizer step", kTraceCompute);
     span.arg("lr", lr).arg("clip_scale", report.clip_scale);
@@ -276,7 +300,11 @@ double DataParallelEngine::global_grad_norm() {
   for (int g = 0; g < plan_.group_count(); ++g) {
     const GroupShard& s = plan_.group(g);
     if (s.slice_length == 0) continue;  // this rank's slice is all padding
-    const Tensor slice = reduced_gradient_slice(g);
+    // Offloaded, the slice is part of the shard's host copy; else it is read where it lies.
+    const int index = storage_[static_cast<size_t>(g)].optimizer_index;
+    const Tensor slice = offloaded() ? host_optimizer_->gradient(index).flat(
+                                           s.slice_begin - s.shard_begin, s.slice_length)
+                                     : reduced_gradient_slice(g);
     const float* values = slice.device.is_cpu() ? slice.f32() : nullptr;
     if (values == nullptr) {
       host.resize(static_cast<size_t>(slice.numel()));
@@ -306,16 +334,17 @@ void DataParallelEngine::publish_weights() {
     weight_slots_.forget_cached();
     return;
   }
-  if (stage_ == 0 || mesh_->shape().fsdp == 1) return;
   std::vector<std::unique_ptr<CommHandle>> gathers;
-  for (int g = 0; g < plan_.group_count(); ++g) {
-    const GroupShard& s = plan_.group(g);
-    if (s.numel == 0) continue;
-    const Tensor replica = whole(storage_[static_cast<size_t>(g)].replica);
-    gathers.push_back(
-        mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica));
-  }
-  for (auto& gather : gathers) gather->wait();
+  for (int g = 0; g < plan_.group_count(); ++g) gathers.push_back(start_publish(g));
+  for (auto& gather : gathers)
+    if (gather) gather->wait();
+}
+
+std::unique_ptr<CommHandle> DataParallelEngine::start_publish(int group) {
+  const GroupShard& s = plan_.group(group);
+  if (stage_ == 0 || stage_ == 3 || mesh_->shape().fsdp == 1 || s.numel == 0) return nullptr;
+  const Tensor replica = whole(storage_[static_cast<size_t>(group)].replica);
+  return mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica);
 }
 
 std::span<const Batch> DataParallelEngine::rows_of_this_rank(std::span<const Batch> batches) {

@@ -31,6 +31,9 @@
 // first, so the result is that serial sum bit for bit at any world size and stage (one
 // process included). The loss is summed in the same order and the gradient norm is exact
 // (ExactSquareSum). Hence N processes reproduce one process with the same global batch.
+// Offload (mesh.offload(), engine_offload.cpp): the AdamW moments and f32 masters of this
+// rank's shard live in host memory and are stepped there (HostAdamW); the device keeps the
+// weights it computes with. Results are bitwise those without offload.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,7 @@
 
 #include "model/llama.h"
 #include "optim/adamw.h"
+#include "optim/host_adamw.h"
 #include "parallel/mesh.h"
 #include "parallel/shard_plan.h"
 #include "parallel/slot_pool.h"
@@ -140,8 +144,10 @@ class DataParallelEngine final : private GroupHooks {
   DeviceMesh& mesh() const { return *mesh_; }
   const ShardPlan& plan() const { return plan_; }
   int zero_stage() const { return stage_; }
-  int64_t optimizer_steps() const { return optimizer_->step_count(); }
-  void set_optimizer_steps(int64_t steps) { optimizer_->set_step_count(steps); }
+  int64_t optimizer_steps() const;
+  void set_optimizer_steps(int64_t steps);
+  // True when the AdamW state and f32 masters live in host memory (parallel.offload).
+  bool offloaded() const { return host_optimizer_ != nullptr; }
 
   // Weights in the whole model's coordinates: groups and element offsets of
   // model.full_trainable_layout() (the same as trainable().layout() without tensor
@@ -171,12 +177,18 @@ class DataParallelEngine final : private GroupHooks {
   std::shared_ptr<const ParameterLayout> trainable_layout_at_tp(int tp) const;
   // Returns AdamW's m (which = 0) or v (which = 1) for this rank's shard of group g:
   // elements [shard_begin, shard_begin + shard_length); undefined when the shard is empty.
+  // It lives on optimizer_backend(): the host's when offloaded, the model's otherwise.
   Tensor moment(int group, int which) const;
+  Backend& optimizer_backend() const;
 
   // Returns what this rank's backend holds now and has held at most, by category: every
-  // allocation of the model, the engine, the optimizer and the collectives' staging (and of
-  // anything else on the same backend), measured by the backend (core/memory_counters.h).
+  // allocation of the model, the engine, the optimizer (unless offloaded) and the
+  // collectives' staging (and of anything else on the same backend), measured by the backend
+  // (core/memory_counters.h).
   MemorySnapshot memory() const { return model_->backend().memory_snapshot(); }
+  // Returns what the offloaded optimizer holds in host memory (masters, gradient copies,
+  // moments), by category; all zero without offload.
+  MemorySnapshot host_memory() const;
 
   // Planning (engine_plan.cpp): what a run would hold and send, from the shard plans and the
   // model's planned_memory alone, allocating nothing. `options` are the run's model options
@@ -294,6 +306,15 @@ class DataParallelEngine final : private GroupHooks {
   void finish_micro_step(bool last);
   double global_grad_norm();
   void publish_weights();
+  // Offload (engine_offload.cpp): builds the host optimizer; copies each group's reduced
+  // gradient shard (and, when they changed on the device, the weights) to the host; steps the
+  // host groups and brings the updated weights back, publishing each group as it arrives.
+  void build_host_optimizer();
+  void copy_gradients_to_host();
+  void offloaded_step(double lr, double grad_scale);
+  // Starts the fsdp all-gather that spreads group g's updated shard over its replica
+  // (stages 1-2 with fsdp > 1); null otherwise.
+  std::unique_ptr<CommHandle> start_publish(int group);
   void run_gather_only_pass();
 
   LlamaModel* model_;
@@ -310,7 +331,9 @@ class DataParallelEngine final : private GroupHooks {
   std::vector<std::vector<ParamSpan>> spans_;
   std::vector<std::vector<ElementRange>> norm_ranges_;
   std::vector<GroupStorage> storage_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<AdamW> optimizer_;          // without offload
+  std::unique_ptr<HostAdamW> host_optimizer_;  // with offload (groups: optimizer_index)
+  bool host_masters_stale_ = true;  // the device's weights were written since the last copy
   SlotPool weight_slots_;
   SlotPool gradient_slots_;
   SlotPool running_sum_slot_;

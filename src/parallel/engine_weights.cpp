@@ -82,6 +82,7 @@ void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t cou
                             : model_weights(group).flat(first, last - first);
   model_->backend().copy_from_host(target, values + (first - begin));
   if (stage_ == 3) weight_slots_.forget_cached();
+  host_masters_stale_ = true;  // an offloaded optimizer re-reads its masters before the step
 }
 
 void DataParallelEngine::gather_weights(int group, float* host) {

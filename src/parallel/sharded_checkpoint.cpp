@@ -124,7 +124,7 @@ void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
 void write_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const DeviceMesh& mesh = engine.mesh();
   if (mesh.dp_index() != 0) return;  // dp replicas hold the same shard
-  Backend& backend = engine.model().backend();
+  Backend& backend = engine.optimizer_backend();  // the host's when offloaded
   SafetensorsWriter file;
   nlohmann::json offsets = nlohmann::json::object();
   for (int g = 0; g < engine.plan().group_count(); ++g) {
@@ -210,7 +210,7 @@ void read_engine_adapter(DataParallelEngine& engine, const std::filesystem::path
 
 void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const ShardPlan& plan = engine.plan();
-  Backend& backend = engine.model().backend();
+  Backend& backend = engine.optimizer_backend();  // the host's when offloaded
   const ParameterLayout& layout = engine.model().trainable().layout();
   const ParameterLayout& full = engine.model().full_trainable_layout();
   const int tp = engine.tp_size();

@@ -185,6 +185,29 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
                                r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]),
                                mib(v[5]), mib(v[6]), mib(m.total), mib(m.total_peak));
   }
+  if (engine.offloaded()) {
+    // The offloaded optimizer's host memory (parallel.offload): f32 masters, gradient copies
+    // and AdamW moments of each rank's shard, which the device figures above no longer hold.
+    const std::vector<MemorySnapshot> host_all =
+        all_gather_memory(mesh.world(), engine.host_memory());
+    report.json["host_memory_per_rank"] = nlohmann::json::array();
+    report.text += "host memory per rank, MiB (optimizer offload):\n";
+    report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>8}\n", "rank", "master", "grads",
+                               "optim", "total");
+    for (size_t r = 0; r < host_all.size(); ++r) {
+      const MemorySnapshot& m = host_all[r];
+      nlohmann::json entry = {{"rank", r}};
+      for (size_t c = 0; c < m.current.size(); ++c)
+        entry[std::string(kMemoryCategoryNames[c])] = m.current[c];
+      entry["total"] = m.total;
+      report.json["host_memory_per_rank"].push_back(entry);
+      report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>8}\n", r,
+                                 mib(m.current_of(MemoryCategory::trainable_weights)),
+                                 mib(m.current_of(MemoryCategory::gradients)),
+                                 mib(m.current_of(MemoryCategory::optimizer_state)),
+                                 mib(m.total));
+    }
+  }
   if (!report.text.empty() && report.text.back() == '\n') report.text.pop_back();
   return report;
 }

@@ -28,28 +28,16 @@ int64_t sum(const MemoryByCategory& bytes) {
   return total;
 }
 
-// Moves to host memory what only the optimizer step touches: the AdamW moments, the f32
-// masters of this rank's optimizer shard (stage 3's weight shards; under stages 0-2 the
-// device keeps the replica the model computes with and the host a master copy of the shard),
-// and the reduced gradient shards (stages 2-3; under stages 0-1 the model's gradients stay
-// and the host receives the shard the step needs).
-void apply_offload(int stage, MemoryByCategory& device, MemoryByCategory& host) {
+// What the engine's offload holds (docs/distributed.md, `offload`): the AdamW moments move to
+// host memory, beside an f32 master and a copy of the reduced gradient of the shard the rank
+// steps; the device keeps the f32 weights it computes with and its gradients.
+void apply_offload(MemoryByCategory& device, MemoryByCategory& host) {
   const int64_t moments = category(device, MemoryCategory::optimizer_state);
   const int64_t master_shard = moments / 2;  // one f32 per element the rank steps
   category(host, MemoryCategory::optimizer_state) = moments;
+  category(host, MemoryCategory::trainable_weights) = master_shard;
+  category(host, MemoryCategory::gradients) = master_shard;  // the reduced shard's copy
   category(device, MemoryCategory::optimizer_state) = 0;
-  if (stage == 3) {
-    std::swap(category(host, MemoryCategory::trainable_weights),
-              category(device, MemoryCategory::trainable_weights));
-  } else {
-    category(host, MemoryCategory::trainable_weights) = master_shard;
-  }
-  if (stage >= 2) {
-    std::swap(category(host, MemoryCategory::gradients),
-              category(device, MemoryCategory::gradients));
-  } else {
-    category(host, MemoryCategory::gradients) = master_shard;
-  }
 }
 
 // Returns the world ranks an axis's group spans (innermost tp, then cp, dp, fsdp).
@@ -267,7 +255,7 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   plan.buffers = planned.by_category();
   plan.device = plan.buffers;
   plan.device[static_cast<size_t>(MemoryCategory::communication)] += planned.collective_staging;
-  if (plan.offload) apply_offload(plan.zero_stage, plan.device, plan.host);
+  if (plan.offload) apply_offload(plan.device, plan.host);
   plan.device_total = sum(plan.device);
   plan.host_total = sum(plan.host);
   plan.capacity = static_cast<int64_t>(static_cast<double>(settings.hardware.memory_bytes) *

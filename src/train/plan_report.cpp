@@ -177,9 +177,7 @@ std::string plan_text(const Plan& plan, const PlanSettings& settings,
                      plan.shape.dp * plan.shape.fsdp, plan.time.tokens_per_step,
                      c.training.activation_checkpointing ? "on" : "off");
   out += fmt::format("mesh: world {} = {}, ZeRO stage {}{}\n", plan.world, mesh_text(plan),
-                     plan.zero_stage, plan.offload ? ", optimizer offload (predicted: not "
-                                                     "implemented on device backends yet)"
-                                                   : "");
+                     plan.zero_stage, plan.offload ? ", optimizer offload" : "");
   out += fmt::format("memory per device, {}{}:\n", unit.name,
                      plan.offload ? " (device | host)" : "");
   for (int k = 0; k < kMemoryCategoryCount; ++k) {
