@@ -25,8 +25,9 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "comm/blocking_communicator.h"
 #include "comm/communicator.h"
-#include "comm/staging_communicator.h"
+#include "comm/device_communicator.h"
 #include "comm/watchdog.h"
 #include "core/divergence_error.h"
 #include "core/error.h"
@@ -216,8 +217,9 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   TrainingData data_;
   LlamaConfig llama_;
-  // The world the mesh splits: world_ itself for host tensors, or world_ staged through the
-  // backend when its tensors live where the host collective library cannot read them.
+  // The world the mesh splits: world_ itself for host tensors, else the backend's device
+  // communicator over it (comm/device_communicator.h); made blocking when
+  // parallel.overlap = false.
   std::unique_ptr<Communicator> device_world_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<LlamaModel> model_;
@@ -302,8 +304,11 @@ Trainer::Trainer(const TrainRunOptions& options)
   parallel.sequence_parallel = config_.parallel.sequence_parallel;
   parallel.zero_stage = static_cast<int>(config_.parallel.zero_stage);
   parallel.offload = config_.parallel.offload;
-  if (!backend_->device().is_cpu())
-    device_world_ = std::make_unique<StagingCommunicator>(world_, *backend_);
+  device_world_ = make_device_communicator(world_, *backend_);
+  if (!config_.parallel.overlap) {
+    device_world_ = device_world_ ? std::make_unique<BlockingCommunicator>(std::move(device_world_))
+                                  : std::make_unique<BlockingCommunicator>(world_);
+  }
   mesh_ = std::make_unique<DeviceMesh>(device_world_ ? *device_world_ : world_, parallel);
   model_ = std::make_unique<LlamaModel>(
       llama_, *backend_, DataParallelEngine::model_options(model_options, *mesh_));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "backend/worker_stream.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -43,6 +44,21 @@ void* SimBackend::do_allocate(size_t bytes) { return arena_.allocate(bytes); }
 void SimBackend::do_deallocate(void* ptr, size_t) { arena_.deallocate(ptr); }
 
 void SimBackend::synchronize() { stream_.wait(); }
+
+std::unique_ptr<Event> SimBackend::record_event() {
+  auto event = std::make_unique<FlagEvent>();
+  stream_.enqueue(event->completer(), true);
+  return event;
+}
+
+void SimBackend::wait_event(const Event& event) {
+  if (event.done()) return;
+  if (auto* flag = dynamic_cast<const FlagEvent*>(&event)) {
+    stream_.enqueue([copy = *flag] { copy.synchronize(); }, true);
+  } else {
+    event.synchronize();
+  }
+}
 
 void* SimBackend::KernelScratch::do_allocate(size_t bytes) {
   return backend_.arena_.kernel_address(backend_.allocate(bytes, MemoryCategory::workspace));

@@ -29,6 +29,13 @@ class SimBackend final : public Backend {
   std::string name() const override { return "sim"; }
   Device device() const override { return Device{DeviceType::sim, 0}; }
   void synchronize() override;
+  // Events on the op stream; the default create_stream (a worker thread) is the communication
+  // stream, reaching device memory at its kernel-view addresses.
+  std::unique_ptr<Event> record_event() override;
+  void wait_event(const Event& event) override;
+  void* host_address(const void* device_ptr) const override {
+    return arena_.kernel_address(device_ptr);
+  }
 
   // Returns the arena (capacity and use, for tests and descriptions).
   const sim::SimArena& arena() const { return arena_; }
