@@ -78,6 +78,7 @@ void SimBackend::run_and_wait(std::function<void()> task) {
 }
 
 void SimBackend::copy_from_host_kernel(const Tensor& dst, const void* src) {
+  ++host_transfers_;
   // Staged now, so the host buffer may change as soon as this returns.
   auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
                                                        static_cast<const uint8_t*>(src) +
@@ -86,6 +87,7 @@ void SimBackend::copy_from_host_kernel(const Tensor& dst, const void* src) {
 }
 
 void SimBackend::copy_to_host_kernel(void* dst, const Tensor& src) {
+  ++host_transfers_;
   run_and_wait([dst, s = kernel_view(src)] { std::memcpy(dst, s.data, s.nbytes()); });
 }
 
