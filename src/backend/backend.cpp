@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backend/worker_stream.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -161,6 +162,24 @@ void Backend::copy_from_host(const Tensor& dst, const void* src) {
 void Backend::copy_to_host(void* dst, const Tensor& src) {
   OpChecks(*this, "copy_to_host").placed(src, "src");
   if (src.nbytes() > 0) copy_to_host_kernel(dst, src);
+}
+
+std::unique_ptr<Event> Backend::record_event() {
+  synchronize();
+  return FlagEvent::completed();
+}
+
+std::unique_ptr<Stream> Backend::create_stream() { return std::make_unique<WorkerStream>(); }
+
+void* Backend::host_address(const void* device_ptr) const {
+  ANVIL_CHECK(device().is_cpu(), "[{}] device memory has no host address", name());
+  return const_cast<void*>(device_ptr);
+}
+
+Tensor Backend::host_view(const Tensor& t) const {
+  if (t.device.is_cpu()) return t;
+  ANVIL_CHECK(t.device == device(), "[{}] host_view of a tensor on another device", name());
+  return Tensor(host_address(t.data), t.dtype, t.shape, Device{});
 }
 
 void Backend::copy(const Tensor& dst, const Tensor& src) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,34 @@ struct AdamWParams {
   float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping, unscaling)
 };
 
+// Streams and events (DESIGN.md section 12): Backend objects, so engine and communicator code
+// orders device work without raw stream pointers. An Event marks a point in one stream's work.
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Returns whether the work queued before the event has finished; never blocks.
+  virtual bool done() const = 0;
+  // Blocks the host until it has.
+  virtual void synchronize() const = 0;
+};
+
+// A second queue of device work beside the compute stream every op runs on (a communication
+// stream): tasks run in FIFO order, concurrently with the compute stream.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Queues host code, e.g. a host collective library's call, behind the stream's earlier work.
+  // It may read and write device memory only through Backend::host_view tensors. It must not
+  // throw: it reports failures through state of its own.
+  virtual void enqueue_host(std::function<void()> task) = 0;
+  // Returns an event marking every task queued on this stream so far.
+  virtual std::unique_ptr<Event> record_event() = 0;
+  // Makes every task queued after this call wait until `event` has completed.
+  virtual void wait_event(const Event& event) = 0;
+  // Blocks the host until every task queued so far has run.
+  virtual void synchronize() = 0;
+};
+
 class Backend : public Allocator {
  public:
   ~Backend() override = default;
@@ -90,6 +119,29 @@ class Backend : public Allocator {
   void fill_zero(const Tensor& t);
   // Waits until every op issued so far has finished (and rethrows a failure of one).
   virtual void synchronize() = 0;
+
+  // ---- streams and events ---------------------------------------------------------------
+  // Returns an event marking every op issued so far on the compute stream. The default
+  // synchronizes and returns an event that has completed (free where ops finish before they
+  // return, as on cpu).
+  virtual std::unique_ptr<Event> record_event();
+  // Makes every op issued after this call wait until `event` (of any stream of this backend)
+  // has completed. The default waits on the host, which is the same for synchronous ops.
+  virtual void wait_event(const Event& event) { event.synchronize(); }
+  // Returns a new stream beside the compute stream (communication). The default runs each task
+  // on a worker thread of its own, which suits backends whose memory is host memory.
+  virtual std::unique_ptr<Stream> create_stream();
+  // Returns the address at which host code running on one of this backend's streams
+  // (Stream::enqueue_host) reaches the device memory at `device_ptr` (null stays null): the
+  // address itself where device memory is host memory (the default), the kernel view on sim.
+  // Throws where the host cannot reach device memory at all (cuda).
+  virtual void* host_address(const void* device_ptr) const;
+  // Returns `t` as such host code sees it: a host tensor over host_address(t.data); a host
+  // tensor (Device cpu) is returned as it is.
+  Tensor host_view(const Tensor& t) const;
+  // Returns the vendor stream every op is queued on (a cudaStream_t on cuda), for a vendor
+  // collective library's communicator (comm/device_communicator.h) only; null elsewhere.
+  virtual void* native_stream() const { return nullptr; }
 
   // ---- ops ------------------------------------------------------------------------------
   // c = alpha * op(a) @ op(b) + beta * c, op = transpose when asked. a, b: (M,K)/(K,M) and

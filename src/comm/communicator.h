@@ -3,7 +3,8 @@
 // tensors (src/comm/mpi/), later NCCL/RCCL/HCCL for device tensors. Model code never calls
 // these; the parallel layer does. Every rank of a communicator must call the same collectives
 // in the same order (async ones included) with matching dtypes and sizes. Any thread may call,
-// one at a time (MPI_THREAD_SERIALIZED).
+// one at a time on one communicator; different communicators may be used by different threads
+// at once (MPI is started at MPI_THREAD_MULTIPLE where the library has it).
 //
 // Determinism: all_gather, broadcast and send/recv move bytes. ReduceOp::ordered_sum and
 // ReduceOp::max give bitwise identical results on every rank, independent of the library's

@@ -10,6 +10,16 @@
 
 namespace anvil {
 
+class Backend;
+
+// Returns the communicator the parallel layer moves `backend`'s tensors with, over the ranks of
+// `bootstrap` (collective over it): null where device memory is host memory (cpu: `bootstrap`
+// itself moves them), NCCL on cuda (on the backend's stream; throws naming the missing piece
+// in a build without NCCL), and a stream communicator (comm/stream_communicator.h: the host
+// library on the device memory, on a communication stream) for every other backend (sim).
+// Never a copy through host staging. `backend` must outlive the result.
+std::unique_ptr<Communicator> make_device_communicator(Communicator& bootstrap, Backend& backend);
+
 // Returns an NCCL communicator with the ranks of `bootstrap`, moving tensors that live on CUDA
 // device `device`. Collective over `bootstrap`: rank 0 creates NCCL's unique id and broadcasts
 // it through `bootstrap` (MPI_Bcast when it is the MPI world). Every collective first waits,

@@ -102,6 +102,9 @@ struct ParallelConfigSection {
   bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int64_t zero_stage = 0;
   bool offload = false;
+  // Overlap collectives with compute (stage-3 prefetch, reductions in flight during backward);
+  // false makes every collective complete where it starts (for measuring what overlap hides).
+  bool overlap = true;
   // Seconds a rank may wait inside one collective before the watchdog ends it (0: off).
   double collective_timeout_s = 600.0;
 };

@@ -86,6 +86,8 @@ const std::vector<ConfigField>& config_fields() {
                          "tp > 1: split the residual stream over the tp ranks by sequence"),
       ANVIL_CONFIG_FIELD(parallel, zero_stage, "ZeRO stage 0-3 on the fsdp axis"),
       ANVIL_CONFIG_FIELD(parallel, offload, "keep optimizer state on the host"),
+      ANVIL_CONFIG_FIELD(parallel, overlap,
+                         "overlap collectives with compute (false: each completes where it starts)"),
       ANVIL_CONFIG_FIELD(parallel, collective_timeout_s,
                          "end a rank blocked this long in one collective (0: never)"),
       ANVIL_CONFIG_FIELD(checkpoint, every, "checkpoint every N steps (0: only at the end)"),

@@ -25,8 +25,9 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "comm/blocking_communicator.h"
 #include "comm/communicator.h"
-#include "comm/staging_communicator.h"
+#include "comm/device_communicator.h"
 #include "comm/watchdog.h"
 #include "core/divergence_error.h"
 #include "core/error.h"
@@ -210,8 +211,9 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   TrainingData data_;
   LlamaConfig llama_;
-  // The world the mesh splits: world_ itself for host tensors, or world_ staged through the
-  // backend when its tensors live where the host collective library cannot read them.
+  // The world the mesh splits: world_ itself for host tensors, else the backend's device
+  // communicator over it (comm/device_communicator.h); made blocking when
+  // parallel.overlap = false.
   std::unique_ptr<Communicator> device_world_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<LlamaModel> model_;
@@ -277,8 +279,11 @@ Trainer::Trainer(const TrainRunOptions& options)
               model_options.compute_dtype == DType::f16
                   ? " (fp16 runs on cpu-ref, the reference loops; use bf16 on this backend)"
                   : "");
-  if (!backend_->device().is_cpu())
-    device_world_ = std::make_unique<StagingCommunicator>(world_, *backend_);
+  device_world_ = make_device_communicator(world_, *backend_);
+  if (!config_.parallel.overlap) {
+    device_world_ = device_world_ ? std::make_unique<BlockingCommunicator>(std::move(device_world_))
+                                  : std::make_unique<BlockingCommunicator>(world_);
+  }
   mesh_ = std::make_unique<DeviceMesh>(device_world_ ? *device_world_ : world_,
                                        parallel_settings_from(config_.parallel));
   model_ = std::make_unique<LlamaModel>(

@@ -32,6 +32,7 @@ class CudaBackend final : public Backend {
   cuda::AllocatorStats memory_stats() const { return allocator_->stats(); }
   // Returns the stream every op of this backend is queued on.
   cudaStream_t stream() const { return stream_->get(); }
+  void* native_stream() const override { return stream(); }
 
   Device device() const override { return Device{DeviceType::cuda, device_index_}; }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "backend/worker_stream.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -44,6 +45,21 @@ void SimBackend::do_deallocate(void* ptr, size_t) { arena_.deallocate(ptr); }
 
 void SimBackend::synchronize() { stream_.wait(); }
 
+std::unique_ptr<Event> SimBackend::record_event() {
+  auto event = std::make_unique<FlagEvent>();
+  stream_.enqueue(event->completer(), true);
+  return event;
+}
+
+void SimBackend::wait_event(const Event& event) {
+  if (event.done()) return;
+  if (auto* flag = dynamic_cast<const FlagEvent*>(&event)) {
+    stream_.enqueue([copy = *flag] { copy.synchronize(); }, true);
+  } else {
+    event.synchronize();
+  }
+}
+
 void* SimBackend::KernelScratch::do_allocate(size_t bytes) {
   return backend_.arena_.kernel_address(backend_.allocate(bytes, MemoryCategory::workspace));
 }
@@ -62,6 +78,7 @@ void SimBackend::run_and_wait(std::function<void()> task) {
 }
 
 void SimBackend::copy_from_host_kernel(const Tensor& dst, const void* src) {
+  ++host_transfers_;
   // Staged now, so the host buffer may change as soon as this returns.
   auto staged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
                                                        static_cast<const uint8_t*>(src) +
@@ -70,6 +87,7 @@ void SimBackend::copy_from_host_kernel(const Tensor& dst, const void* src) {
 }
 
 void SimBackend::copy_to_host_kernel(void* dst, const Tensor& src) {
+  ++host_transfers_;
   run_and_wait([dst, s = kernel_view(src)] { std::memcpy(dst, s.data, s.nbytes()); });
 }
 

@@ -9,6 +9,7 @@
 // synchronisation point (copy_to_host, sum_squares, all_finite, synchronize).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,12 +30,22 @@ class SimBackend final : public Backend {
   std::string name() const override { return "sim"; }
   Device device() const override { return Device{DeviceType::sim, 0}; }
   void synchronize() override;
+  // Events on the op stream; the default create_stream (a worker thread) is the communication
+  // stream, reaching device memory at its kernel-view addresses.
+  std::unique_ptr<Event> record_event() override;
+  void wait_event(const Event& event) override;
+  void* host_address(const void* device_ptr) const override {
+    return arena_.kernel_address(device_ptr);
+  }
 
   // Returns the arena (capacity and use, for tests and descriptions).
   const sim::SimArena& arena() const { return arena_; }
   // Queues a task on the stream behind every op issued so far. Test-only: it lets a test hold
   // the stream (e.g. on a promise) to show that ops return before they run.
   void enqueue_for_test(std::function<void()> task) { stream_.enqueue(std::move(task)); }
+  // Returns how many copies between host memory and the device were issued (test-only: the
+  // device collectives must make none).
+  size_t host_transfers_for_test() const { return host_transfers_.load(); }
   // Returns the number of queued or running tasks (test-only, racy by nature).
   size_t pending_for_test() const { return stream_.pending(); }
 
@@ -121,6 +132,7 @@ class SimBackend final : public Backend {
   };
 
   sim::SimArena arena_;
+  std::atomic<size_t> host_transfers_{0};
   KernelScratch scratch_{*this};
   // Used only by the stream's worker thread (OptimizedOps is not thread-safe).
   cpu_opt::OptimizedOps ops_{scratch_};

@@ -17,10 +17,10 @@ SimStream::~SimStream() {
   worker_.join();
 }
 
-void SimStream::enqueue(std::function<void()> task) {
+void SimStream::enqueue(std::function<void()> task, bool control) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Task{std::move(task), omp_get_max_threads()});
+    queue_.push_back(Task{std::move(task), omp_get_max_threads(), control});
   }
   work_ready_.notify_one();
 }
@@ -48,7 +48,7 @@ void SimStream::work() {
     if (queue_.empty()) return;  // stopping with nothing left
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    const bool skip = error_ != nullptr;  // a failed stream runs nothing until wait() reports it
+    const bool skip = error_ != nullptr && !task.control;  // a failed stream runs nothing until wait() reports it
     ++running_;
     lock.unlock();
     if (!skip) {

@@ -23,8 +23,9 @@ class SimStream {
   SimStream(const SimStream&) = delete;
   SimStream& operator=(const SimStream&) = delete;
 
-  // Queues a task behind every task queued so far.
-  void enqueue(std::function<void()> task);
+  // Queues a task behind every task queued so far. A control task (an event's completion or
+  // wait) runs even after a failure, so other streams waiting on this one never hang.
+  void enqueue(std::function<void()> task, bool control = false);
   // Blocks until every queued task has run; rethrows the first failure since the last wait.
   void wait();
   // Returns the number of tasks queued or running (for tests; racy by nature).
@@ -34,6 +35,7 @@ class SimStream {
   struct Task {
     std::function<void()> run;
     int threads;
+    bool control;
   };
   void work();
 

@@ -61,7 +61,9 @@ void start() {
   MPI_CHECK(MPI_Finalized(&finalized));
   ANVIL_CHECK(!finalized, "[mpi] MPI was already finalised; it cannot be started again");
   if (!initialized) {
-    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    // MULTIPLE where the library has it: a device backend's stream communicators call MPI
+    // from their communication streams while the main thread calls it too.
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     std::atexit(finalize_at_exit);
   } else {
     MPI_CHECK(MPI_Query_thread(&provided));

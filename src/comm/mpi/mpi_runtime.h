@@ -25,7 +25,7 @@ namespace anvil::mpi {
 // Throws the anvil::Error for a failed MPI call; `call_text` is the call as written.
 [[noreturn]] void fail(int code, const char* call_text, const char* file, int line);
 
-// Initialises MPI once per process (thread level MPI_THREAD_SERIALIZED) and registers
+// Initialises MPI once per process (thread level MULTIPLE, at least SERIALIZED) and registers
 // MPI_Finalize at exit; a no-op when already started.
 void start();
 // Returns whether MPI is initialised and not yet finalised.
