@@ -242,24 +242,28 @@ ContextParallelScratch::ContextParallelScratch(Backend& backend, const LlamaConf
   doc_ids = buffer_of(backend, e.doc_ids, DType::i32, work);
 }
 
-size_t ContextParallelScratch::planned_bytes(const LlamaConfig& shard_config, int cp,
-                                             int max_batch, int64_t max_local_seq,
-                                             DType compute_dtype) {
+ContextParallelScratch::Bytes ContextParallelScratch::planned_bytes(
+    const LlamaConfig& shard_config, int cp, int max_batch, int64_t max_local_seq,
+    DType compute_dtype) {
   const ScratchElements e = scratch_elements(shard_config, cp, max_batch, max_local_seq);
   const size_t compute = dtype_size(compute_dtype), f32 = sizeof(float);
-  return static_cast<size_t>(2 * e.kv + e.chunks + e.partial) * compute +
-         static_cast<size_t>(2 * e.grad_kv + e.grad_kv_step + e.partial_f32 + e.partial_lse +
-                             e.accum) *
-             f32 +
-         static_cast<size_t>(e.doc_ids) * dtype_size(DType::i32);
+  Bytes bytes;
+  bytes.communication = static_cast<size_t>(2 * e.kv) * compute +
+                        static_cast<size_t>(2 * e.grad_kv) * f32;
+  bytes.workspace =
+      static_cast<size_t>(e.chunks + e.partial) * compute +
+      static_cast<size_t>(e.grad_kv_step + e.partial_f32 + e.partial_lse + e.accum) * f32 +
+      static_cast<size_t>(e.doc_ids) * dtype_size(DType::i32);
+  return bytes;
 }
 
-size_t ContextParallelScratch::bytes() const {
-  size_t total = grad_kv_step.bytes() + chunks.bytes() + partial.bytes() + partial_f32.bytes() +
-                 partial_lse.bytes() + accum.bytes() + doc_ids.bytes();
-  for (const Buffer& b : kv) total += b.bytes();
-  for (const Buffer& b : grad_kv) total += b.bytes();
-  return total;
+ContextParallelScratch::Bytes ContextParallelScratch::bytes() const {
+  Bytes bytes;
+  bytes.workspace = grad_kv_step.bytes() + chunks.bytes() + partial.bytes() +
+                    partial_f32.bytes() + partial_lse.bytes() + accum.bytes() + doc_ids.bytes();
+  for (const Buffer& b : kv) bytes.communication += b.bytes();
+  for (const Buffer& b : grad_kv) bytes.communication += b.bytes();
+  return bytes;
 }
 
 void cp_attention_forward(Backend& backend, const ContextParallel& cp,

@@ -82,11 +82,17 @@ struct ContextParallelScratch {
   ContextParallelScratch() = default;
   ContextParallelScratch(Backend& backend, const LlamaConfig& shard_config, int cp,
                          int max_batch, int64_t max_local_seq, DType compute_dtype);
-  // Returns the total bytes held.
-  size_t bytes() const;
+  // Bytes by category: the blocks that travel the ring (communication) and the rest
+  // (workspace), as the constructor allocates them.
+  struct Bytes {
+    size_t communication = 0;
+    size_t workspace = 0;
+  };
+  // Returns the bytes held.
+  Bytes bytes() const;
   // Returns the bytes the constructor with these arguments allocates.
-  static size_t planned_bytes(const LlamaConfig& shard_config, int cp, int max_batch,
-                              int64_t max_local_seq, DType compute_dtype);
+  static Bytes planned_bytes(const LlamaConfig& shard_config, int cp, int max_batch,
+                             int64_t max_local_seq, DType compute_dtype);
 
   Buffer kv[2];          // key+value blocks arriving from the ring (compute dtype)
   Buffer grad_kv[2];     // the travelling dK+dV accumulators (f32)

@@ -76,6 +76,10 @@ struct ModelMemory {
   size_t compute_copies = 0;  // compute-dtype copies of weights (mixed precision)
   size_t gradients = 0;       // f32 gradients of the trainable parameters
   size_t activations = 0;     // the activation arena
+  // Context parallelism's ring buffers: the blocks that travel (communication) and the
+  // ring attention's scratch (workspace).
+  size_t ring_blocks = 0;
+  size_t ring_scratch = 0;
   int64_t trainable_count = 0;  // number of trainable parameter elements
 };
 

@@ -75,8 +75,12 @@ ModelMemory LlamaModel::parameter_memory(const LlamaConfig& shard_config,
 
 ModelMemory LlamaModel::memory() const {
   ModelMemory memory = parameter_memory(config_, options_);
-  // The ring attention's buffers (context parallelism) hold activations and their gradients.
-  memory.activations = arena_.bytes() + (cp_scratch_ ? cp_scratch_->bytes() : 0);
+  memory.activations = arena_.bytes();
+  if (cp_scratch_) {
+    const ContextParallelScratch::Bytes ring = cp_scratch_->bytes();
+    memory.ring_blocks = ring.communication;
+    memory.ring_scratch = ring.workspace;
+  }
   return memory;
 }
 
@@ -93,9 +97,11 @@ ModelMemory LlamaModel::planned_memory(const LlamaConfig& config, const ModelOpt
     carve_arena(arena, shard_config, resolved, acts, lora, norm_grad_sink, vocab_parallel);
   });
   if (resolved.cp.enabled()) {
-    memory.activations += ContextParallelScratch::planned_bytes(
+    const ContextParallelScratch::Bytes ring = ContextParallelScratch::planned_bytes(
         shard_config, resolved.cp.size, resolved.max_batch, resolved.max_seq,
         resolved.compute_dtype);
+    memory.ring_blocks = ring.communication;
+    memory.ring_scratch = ring.workspace;
   }
   return memory;
 }

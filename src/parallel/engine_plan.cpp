@@ -84,7 +84,8 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   report.weights = static_cast<int64_t>(model.trainable);
   report.gradients = static_cast<int64_t>(model.gradients);
   report.activations = static_cast<int64_t>(model.activations);
-  report.workspace = static_cast<int64_t>(model.compute_copies);
+  report.workspace = static_cast<int64_t>(model.compute_copies + model.ring_scratch);
+  report.comm_buffers = static_cast<int64_t>(model.ring_blocks);
 
   // What allocate_state and build_optimizer allocate.
   const PlannedLayouts layouts = planned_layouts(config, options, shape, data_rank);
