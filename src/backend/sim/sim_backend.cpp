@@ -289,11 +289,19 @@ bool SimBackend::all_finite_kernel(const Tensor& x) {
 void register_sim_backend(BackendRegistry& registry) {
   registry.add({"sim",
                 [] {
+                  // `anvil info` describes every backend: a bad ANVIL_SIM_MEMORY is shown
+                  // here, and stops only a run that asks for sim.
+                  std::string memory;
+                  try {
+                    memory = fmt::format("{} bytes of memory", configured_capacity());
+                  } catch (const Error& e) {
+                    memory = e.what();
+                  }
                   return fmt::format(
-                      "sim: simulated device, {} bytes of memory (ANVIL_SIM_MEMORY, default {}), "
+                      "sim: simulated device, {} (ANVIL_SIM_MEMORY, default {}), "
                       "host access to device memory faults, ops run on an asynchronous stream, "
                       "kernels of the optimized cpu backend",
-                      configured_capacity(), kDefaultMemory);
+                      memory, kDefaultMemory);
                 },
                 [] { return std::unique_ptr<Backend>(new SimBackend(configured_capacity())); }});
 }
