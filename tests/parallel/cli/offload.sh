@@ -5,7 +5,8 @@
 #     peak is lower by exactly the optimizer state the run without offload held;
 #  2. one process on cpu and on sim: identical with and without offload; an offloaded run
 #     resumed from its step-2 checkpoint equals a straight run, the checkpoint files equal
-#     those of a run without offload, and a checkpoint resumes across offload on/off.
+#     those of a run without offload, and a checkpoint resumes across offload on/off;
+#  3. a skipped non-finite step with dynamic loss scaling: identical with and without offload.
 # usage: offload.sh <anvil> <mpirun> <scratch folder>
 . "$(dirname "$0")/common.sh"
 STEPS="--training.steps=4 --training.eval_steps=0"
@@ -65,5 +66,17 @@ for backend in cpu sim; do
       fail "$backend: $(basename "$file") differs between runs with and without offload"
   done
 done
+# A skipped non-finite step (a poisoned batch at step 2) and dynamic loss scaling go through
+# the host optimizer as through the device's: the same records with and without offload.
+SKIP="--training.steps=4 --training.eval_steps=0 --training.skip_nonfinite=true \
+  --training.loss_scale=dynamic --training.loss_scale_growth_interval=1 --backend sim"
+for offload in false true; do
+  ANVIL_TEST_NAN_AT_STEP=2 run_logged "$WORK/skip-$offload.log" "$ANVIL" train $TINY $SKIP \
+    --parallel.offload=$offload --run-dir "$WORK/skip-$offload"
+  deterministic_metrics "$WORK/skip-$offload" > "$WORK/skip-$offload.metrics"
+done
+expect "$WORK/skip-true.metrics" '"skipped_steps":1' "the offloaded run skipped the poisoned step"
+same_metrics "skip-false" "skip-true"
 echo "offload: ZeRO 1-3 on 2 sim ranks identical with/without offload, device optimizer state 0;" \
-  "cpu and sim resume across offloaded checkpoints identical to straight runs"
+  "cpu and sim resume across offloaded checkpoints identical to straight runs;" \
+  "a skipped step and loss scaling identical with/without offload"
