@@ -268,7 +268,6 @@ Trainer::Trainer(const TrainRunOptions& options)
     loss_scaler_.emplace(
         LossScalerOptions{.initial_scale = config_.training.loss_scale_init,
                           .growth_interval = config_.training.loss_scale_growth_interval});
-    progress_.loss_scale = loss_scaler_->state();
   }
   // Under context parallelism the model holds seq_len / cp rows of each sample.
   check_cp_seq_len(seq_len_, static_cast<int>(config_.parallel.cp));

@@ -6,21 +6,12 @@
 #include <string>
 
 #include "core/error.h"
+#include "error_message.h"
 #include "op_driver.h"
 
 namespace anvil::test {
 namespace {
 
-// Returns the message of the anvil::Error that fn throws, or "" when it does not throw.
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 HostTensor zeros(DType dtype, Shape shape) {
   return HostTensor{dtype, shape, std::vector<double>(static_cast<size_t>(shape.numel()), 0.0)};

@@ -13,20 +13,12 @@
 #include "backend/registry.h"
 #include "backend/sim/sim_backend.h"
 #include "core/error.h"
+#include "error_message.h"
 
 namespace anvil {
 namespace {
 
-// Returns the message of the anvil::Error that fn throws, or "" when it does not throw.
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_message;
 
 // Runs a small forward/backward chain on a backend and returns every output's bytes.
 std::vector<uint8_t> run_chain(Backend& be) {
