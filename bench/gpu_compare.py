@@ -4,6 +4,7 @@
 One invocation measures, for each configuration (the 1.5B Llama of issue 9 and a small one):
   - anvil: `anvil train --backend cuda --training.dtype=bf16 --data.synthetic=true`
     (bf16 compute, fp32 master weights, its fused AdamW), JSON summary from the last stdout line;
+  - anvil-offload: the same with --parallel.offload=true (masters and moments in host memory);
   - torch eager and torch.compile: transformers LlamaForCausalLM with SDPA attention, fp32
     weights under torch.autocast(bf16), torch.optim.AdamW(fused=True), random tokens;
 each in its own process, so peak memory is per run. Throughput is steady-state tokens/s (the
@@ -35,7 +36,7 @@ CONFIGS = {
                              vocab_size=32000, seq_len=1024, batch_size=8, steps=20),
 }
 QUICK = ("small seq1024 b8",)
-IMPLS = ("anvil", "torch-eager", "torch-compile")
+IMPLS = ("anvil", "anvil-offload", "torch-eager", "torch-compile")
 OPTIMIZER = dict(lr=3e-4, weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8)
 # Field of anvil's JSON summary holding the most memory rank 0's backend held at once, in MiB
 # (its allocations as counted by category: requested bytes, like max_memory_allocated).
@@ -51,8 +52,9 @@ def flops_per_token(cfg):
     return 6 * matmul_params + 12 * cfg["n_layers"] * cfg["seq_len"] * q_dim
 
 
-def anvil_command(anvil, run_dir, cfg, warmup):
+def anvil_command(anvil, run_dir, cfg, warmup, offload=False):
     overrides = {
+        "parallel.offload": "true" if offload else "false",
         "data.synthetic": "true", "logging.json": "true", "training.eval_steps": 0,
         "checkpoint.every": 0, "model.dim": cfg["dim"], "model.n_layers": cfg["n_layers"],
         "model.n_heads": cfg["n_heads"], "model.n_kv_heads": cfg["n_kv_heads"],
@@ -159,9 +161,10 @@ def run_json(cmd, timeout):
 
 
 def measure(args, name, cfg, impl, work):
-    if impl == "anvil":
-        run_dir = os.path.join(work, name.replace(" ", "_"))
-        result, error = run_json(anvil_command(args.anvil, run_dir, cfg, args.warmup),
+    if impl.startswith("anvil"):
+        run_dir = os.path.join(work, name.replace(" ", "_") + "_" + impl)
+        result, error = run_json(anvil_command(args.anvil, run_dir, cfg, args.warmup,
+                                               offload=impl == "anvil-offload"),
                                  args.run_timeout)
         if result:
             peak_mb = result.get(ANVIL_PEAK_KEY, -1)
@@ -198,6 +201,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--anvil", default="build/anvil", help="the anvil binary (CUDA build)")
     parser.add_argument("--quick", action="store_true", help="the small config only")
+    parser.add_argument("--only", help="the configs whose name contains this text")
     parser.add_argument("--impls", default=",".join(IMPLS), help="comma list of " + ", ".join(IMPLS))
     parser.add_argument("--warmup", type=int, default=3, help="steps excluded from throughput")
     parser.add_argument("--time-budget", type=float, default=1e9,
@@ -218,9 +222,13 @@ def main():
         parser.error(f"unknown --impls {unknown}; choose from {', '.join(IMPLS)}")
     if args.warmup < 1:
         parser.error("--warmup must be >= 1 (the first step includes compilation and allocation)")
-    if "anvil" in impls and not (os.path.isfile(args.anvil) and os.access(args.anvil, os.X_OK)):
+    if any(i.startswith("anvil") for i in impls) and not (os.path.isfile(args.anvil) and os.access(args.anvil, os.X_OK)):
         parser.error(f"--anvil {args.anvil} is not an executable file")
     names = QUICK if args.quick else tuple(CONFIGS)
+    if args.only:
+        names = tuple(n for n in names if args.only in n)
+        if not names:
+            parser.error(f"--only {args.only!r} matches no config; the configs: {', '.join(CONFIGS)}")
 
     if args.dry_run:
         print(f"plan: {len(names)} configs x {len(impls)} implementations, warmup {args.warmup} "
@@ -232,8 +240,9 @@ def main():
                 print(f"{name}: {flops_per_token(cfg) / 1e9:.2f} GFLOP/token, "
                       f"{cfg['batch_size'] * cfg['seq_len']} tokens/step, {cfg['steps']} steps")
                 for impl in impls:
-                    cmd = (anvil_command(args.anvil, os.path.join(work, "run"), cfg, args.warmup)
-                           if impl == "anvil" else torch_command(cfg, impl == "torch-compile",
+                    cmd = (anvil_command(args.anvil, os.path.join(work, "run"), cfg, args.warmup,
+                                         offload=impl == "anvil-offload")
+                           if impl.startswith("anvil") else torch_command(cfg, impl == "torch-compile",
                                                                  args.warmup))
                     print(f"  {impl}: {' '.join(cmd)}")
         return 0

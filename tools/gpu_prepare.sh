@@ -21,6 +21,9 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libdnnl-dev libdnnl2 ocl-icd-libopencl1
   pkgconf pkgconf-bin libpkgconf3
+  libisal-dev libisal2
+  libcsv-dev libcsv3
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
 )
 
 mkdir -p "$deps_dir"

@@ -141,13 +141,46 @@ TEST_F(NcclOneRank, SplitGivesAOneRankGroup) {
   EXPECT_THROW(comm_->split(-1, 0), Error);
 }
 
-TEST_F(NcclOneRank, RejectsHostTensorsAndBadSizes) {
+// The trainer exchanges its flags, counts and memory figures over the same world as the
+// device tensors: host tensors travel through device scratch.
+TEST_F(NcclOneRank, HostTensorsTravelThroughTheDevice) {
   std::vector<float> host{1, 2};
-  EXPECT_THROW(comm_->all_reduce(Tensor(host.data(), DType::f32, Shape{2})), Error);
+  comm_->all_reduce(Tensor(host.data(), DType::f32, Shape{2}), ReduceOp::max);
+  EXPECT_EQ(host, (std::vector<float>{1, 2}));
+  std::vector<uint32_t> words{0, 0, 7, 9};
+  comm_->all_gather(Tensor(words.data(), DType::u32, Shape{2}),
+                    Tensor(words.data(), DType::u32, Shape{4}));  // in place, rank 0's slice
+  EXPECT_EQ(words, (std::vector<uint32_t>{0, 0, 7, 9}));
+  std::vector<int32_t> flag{3};
+  comm_->broadcast(Tensor(flag.data(), DType::i32, Shape{1}), 0);
+  EXPECT_EQ(flag, (std::vector<int32_t>{3}));
+}
+
+// A ring step on one rank: the send to itself and the receive from itself meet in one group.
+TEST_F(NcclOneRank, AsyncSendAndReceivePairUpInOneGroup) {
+  DeviceVector<float> block(std::vector<float>{1.5f, -2.0f, 4.0f});
+  DeviceVector<float> received(std::vector<float>{0, 0, 0});
+  auto send = comm_->send_async(block.tensor(DType::f32), 0);
+  auto recv = comm_->recv_async(received.tensor(DType::f32), 0);
+  recv->wait();
+  send->wait();
+  EXPECT_EQ(received.read(), (std::vector<float>{1.5f, -2.0f, 4.0f}));
+  // A queued pair is issued by the next collective too, keeping the call order.
+  DeviceVector<float> again(std::vector<float>{0, 0, 0});
+  auto send2 = comm_->send_async(block.tensor(DType::f32), 0);
+  auto recv2 = comm_->recv_async(again.tensor(DType::f32), 0);
+  comm_->barrier();
+  EXPECT_TRUE(recv2->test());
+  send2->wait();
+  EXPECT_EQ(again.read(), (std::vector<float>{1.5f, -2.0f, 4.0f}));
+}
+
+TEST_F(NcclOneRank, RejectsBadSizesAndPeers) {
   DeviceVector<float> in(std::vector<float>{1, 2, 3});
   DeviceVector<float> out(std::vector<float>{0, 0});
   EXPECT_THROW(comm_->reduce_scatter(in.tensor(DType::f32), out.tensor(DType::f32)), Error);
   EXPECT_THROW(comm_->broadcast(in.tensor(DType::f32), 1), Error);
+  EXPECT_THROW(comm_->send_async(in.tensor(DType::f32), 1), Error);
 }
 
 }  // namespace

@@ -5,9 +5,16 @@
 // as one NCCL call. Rank-order sums, max and 16-bit sums move every rank's contribution with
 // NCCL (all_gather, or grouped send/recv for reduce_scatter) into device scratch, then reduce
 // on the host with comm/reduce_kernels.h, so their bits equal the MPI communicator's; they are
-// meant for small tensors (norms, flags, metrics), not for gradient buckets.
+// meant for small tensors (norms, flags, metrics), not for gradient buckets. On one rank every
+// reduction is the identity and runs as at most one device copy.
+// Host tensors (the trainer's flags, counts and memory figures, exchanged over the same world
+// as the device tensors) travel through device scratch, blocking whatever the call.
+// send_async/recv_async (ring attention's exchanges) queue nothing at first: NCCL pairs a send
+// with its receive only inside one group, so the pending calls are issued together, as one
+// ncclGroupStart/End, when the first of their handles is waited on or tested.
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/comm_common.h"
@@ -31,6 +38,35 @@ struct DeviceScratch {
   }
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
+};
+
+// A device copy of a host tensor for one staged collective, made and read back on `stream`.
+class StagedTensor {
+ public:
+  StagedTensor(const Tensor& host, int device, cudaStream_t stream, bool upload)
+      : host_(host), device_(device), stream_(stream), scratch_(host.nbytes()) {
+    if (upload && host.nbytes() > 0) {
+      NCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_.data, host.data, host.nbytes(),
+                                      cudaMemcpyHostToDevice, stream_));
+    }
+  }
+  Tensor tensor() const {
+    return Tensor(scratch_.data, host_.dtype, host_.shape, Device{DeviceType::cuda, device_});
+  }
+  // Copies the device values back into the host tensor (waits for the stream).
+  void download() {
+    if (host_.nbytes() > 0) {
+      NCCL_CUDA_CHECK(cudaMemcpyAsync(host_.data, scratch_.data, host_.nbytes(),
+                                      cudaMemcpyDeviceToHost, stream_));
+    }
+    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  Tensor host_;
+  int device_;
+  cudaStream_t stream_;
+  DeviceScratch scratch_;
 };
 
 // A collective queued on the communicator's stream; `finish` (may be empty) runs on the host
@@ -85,6 +121,76 @@ class NcclHandle final : public CommHandle {
   bool finished_ = false;
 };
 
+// The sends and receives queued since the last issue; NCCL runs them as one group.
+struct PointToPointGroup {
+  struct Transfer {
+    bool send = true;
+    Tensor tensor;
+    int peer = 0;
+    cudaEvent_t ready = nullptr;  // the producer stream's work queued before the call
+  };
+  std::vector<Transfer> transfers;
+  cudaEvent_t done = nullptr;
+  bool issued = false;
+
+  PointToPointGroup() = default;
+  PointToPointGroup(const PointToPointGroup&) = delete;
+  PointToPointGroup& operator=(const PointToPointGroup&) = delete;
+  ~PointToPointGroup() {
+    for (const Transfer& transfer : transfers) cudaEventDestroy(transfer.ready);
+    if (done != nullptr) cudaEventDestroy(done);
+  }
+};
+
+// One queued send or receive. Waiting on (or testing) any handle of a group first issues the
+// whole group through `issue`, so a ring's paired send and receive meet inside one NCCL group.
+class PointToPointHandle final : public CommHandle {
+ public:
+  PointToPointHandle(std::shared_ptr<PointToPointGroup> group, std::function<void()> issue,
+                     int device, const char* name)
+      : group_(std::move(group)), issue_(std::move(issue)), device_(device), name_(name) {}
+  ~PointToPointHandle() override {
+    // An unwaited handle of a group never issued stays queued: the communicator issues it at
+    // its next call or when it is destroyed, so the peer's matching call is not left hanging.
+    if (!finished_ && group_->issued) {
+      const CollectiveScope scope(name_);
+      cudaSetDevice(device_);
+      cudaEventSynchronize(group_->done);
+    }
+  }
+
+  void wait() override {
+    if (finished_) return;
+    const CollectiveScope scope(name_);
+    issue_if_pending();
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    NCCL_CUDA_CHECK(cudaEventSynchronize(group_->done));
+    finished_ = true;
+  }
+
+  bool test() override {
+    if (finished_) return true;
+    issue_if_pending();
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    const cudaError_t status = cudaEventQuery(group_->done);
+    if (status == cudaErrorNotReady) return false;
+    NCCL_CUDA_CHECK(status);
+    finished_ = true;
+    return true;
+  }
+
+ private:
+  void issue_if_pending() {
+    if (!group_->issued) issue_();
+  }
+
+  std::shared_ptr<PointToPointGroup> group_;
+  std::function<void()> issue_;
+  int device_;
+  const char* name_;
+  bool finished_ = false;
+};
+
 // Returns whether the byte ranges of two tensors overlap.
 bool overlaps(const Tensor& a, const Tensor& b) {
   const char* a_begin = static_cast<const char*>(a.data);
@@ -118,6 +224,11 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
+    try {
+      issue_pending_transfers();
+    } catch (const std::exception&) {
+      // Destruction must not throw; a failed issue leaves nothing queued to wait for.
+    }
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
@@ -156,6 +267,12 @@ class NcclCommunicator final : public Communicator {
 
   void broadcast(const Tensor& t, int root) override {
     check_rank_arg(root, size_, "broadcast root");
+    if (t.device.is_cpu()) {
+      StagedTensor staged(t, device_, stream_, /*upload=*/true);
+      broadcast(staged.tensor(), root);
+      staged.download();
+      return;
+    }
     check_device_tensor(t, "broadcast tensor");
     if (t.numel() == 0) return;
     begin();
@@ -172,6 +289,11 @@ class NcclCommunicator final : public Communicator {
 
   void send(const Tensor& t, int peer) override {
     check_rank_arg(peer, size_, "peer");
+    if (t.device.is_cpu()) {
+      StagedTensor staged(t, device_, stream_, /*upload=*/true);
+      send(staged.tensor(), peer);
+      return;
+    }
     check_device_tensor(t, "send tensor");
     if (t.numel() == 0) return;
     begin();
@@ -181,6 +303,12 @@ class NcclCommunicator final : public Communicator {
 
   void recv(const Tensor& t, int peer) override {
     check_rank_arg(peer, size_, "peer");
+    if (t.device.is_cpu()) {
+      StagedTensor staged(t, device_, stream_, /*upload=*/false);
+      recv(staged.tensor(), peer);
+      staged.download();
+      return;
+    }
     check_device_tensor(t, "recv tensor");
     if (t.numel() == 0) return;
     begin();
@@ -189,17 +317,23 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Separate ncclSend and ncclRecv calls queued on one stream deadlock in a ring (every rank's
-  // send waits for a receive queued behind it); pairing them needs a grouped exchange.
-  std::unique_ptr<CommHandle> send_async(const Tensor& /*t*/, int /*peer*/) override {
-    ANVIL_FAIL("[nccl] send_async is not implemented (ring exchanges need grouped send/recv)");
+  // send waits for a receive queued behind it): they are queued here and issued as one group.
+  std::unique_ptr<CommHandle> send_async(const Tensor& t, int peer) override {
+    return queue_transfer(/*send=*/true, t, peer);
   }
-  std::unique_ptr<CommHandle> recv_async(const Tensor& /*t*/, int /*peer*/) override {
-    ANVIL_FAIL("[nccl] recv_async is not implemented (ring exchanges need grouped send/recv)");
+  std::unique_ptr<CommHandle> recv_async(const Tensor& t, int peer) override {
+    return queue_transfer(/*send=*/false, t, peer);
   }
 
   std::unique_ptr<CommHandle> all_reduce_async(const Tensor& t, ReduceOp op) override {
+    if (t.device.is_cpu()) {
+      StagedTensor staged(t, device_, stream_, /*upload=*/true);
+      all_reduce_async(staged.tensor(), op)->wait();
+      staged.download();
+      return make_completed_handle();
+    }
     check_device_tensor(t, "all_reduce tensor");
-    if (t.numel() == 0) return make_completed_handle();
+    if (t.numel() == 0 || (size_ == 1 && op != ReduceOp::max)) return make_completed_handle();
     begin();
     if (runs_on_nccl(op, t.dtype)) {
       NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()),
@@ -213,6 +347,13 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
                                                    ReduceOp op) override {
+    if (in.device.is_cpu() && out.device.is_cpu()) {
+      StagedTensor staged_in(in, device_, stream_, /*upload=*/true);
+      StagedTensor staged_out(out, device_, stream_, /*upload=*/false);
+      reduce_scatter_async(staged_in.tensor(), staged_out.tensor(), op)->wait();
+      staged_out.download();
+      return make_completed_handle();
+    }
     check_device_tensor(in, "reduce_scatter input");
     check_device_tensor(out, "reduce_scatter output");
     ANVIL_CHECK(in.dtype == out.dtype, "[comm] reduce_scatter input is {} but output is {}",
@@ -223,6 +364,11 @@ class NcclCommunicator final : public Communicator {
     ANVIL_CHECK(!overlaps(in, out), "[comm] reduce_scatter input and output overlap");
     if (out.numel() == 0) return make_completed_handle();
     begin();
+    if (size_ == 1 && op != ReduceOp::max) {  // one rank's sum is its own values
+      NCCL_CUDA_CHECK(
+          cudaMemcpyAsync(out.data, in.data, out.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+      return handle(nullptr, {}, "reduce_scatter_async");
+    }
     if (runs_on_nccl(op, in.dtype)) {
       NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()),
                                    datatype_of(in.dtype), ncclSum, comm_, stream_));
@@ -243,6 +389,23 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override {
+    if (in.device.is_cpu() && out.device.is_cpu()) {
+      // The output is uploaded too, so that an in-place input keeps its place inside it.
+      StagedTensor staged_out(out, device_, stream_, /*upload=*/overlaps(in, out));
+      std::unique_ptr<StagedTensor> staged_in;
+      Tensor device_in;
+      if (overlaps(in, out)) {
+        const auto offset = static_cast<const char*>(in.data) - static_cast<const char*>(out.data);
+        device_in = Tensor(static_cast<char*>(staged_out.tensor().data) + offset, in.dtype,
+                           in.shape, staged_out.tensor().device);
+      } else {
+        staged_in = std::make_unique<StagedTensor>(in, device_, stream_, /*upload=*/true);
+        device_in = staged_in->tensor();
+      }
+      all_gather_async(device_in, staged_out.tensor())->wait();
+      staged_out.download();
+      return make_completed_handle();
+    }
     check_device_tensor(in, "all_gather input");
     check_device_tensor(out, "all_gather output");
     ANVIL_CHECK(in.dtype == out.dtype, "[comm] all_gather input is {} but output is {}",
@@ -274,8 +437,50 @@ class NcclCommunicator final : public Communicator {
     NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  // Selects the device and makes the communicator's stream wait for the producer's work.
+  std::unique_ptr<CommHandle> queue_transfer(bool send, const Tensor& t, int peer) {
+    check_rank_arg(peer, size_, "peer");
+    check_device_tensor(t, send ? "send_async tensor" : "recv_async tensor");
+    if (t.numel() == 0) return make_completed_handle();
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    if (!pending_) pending_ = std::make_shared<PointToPointGroup>();
+    PointToPointGroup::Transfer transfer{send, t, peer, nullptr};
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&transfer.ready, cudaEventDisableTiming));
+    pending_->transfers.push_back(transfer);
+    NCCL_CUDA_CHECK(cudaEventRecord(transfer.ready, producer_));
+    return std::make_unique<PointToPointHandle>(
+        pending_, [this] { issue_pending_transfers(); }, device_,
+        send ? "send_async" : "recv_async");
+  }
+
+  // Issues the queued sends and receives as one NCCL group, each after the producer's work
+  // that was queued before its call.
+  void issue_pending_transfers() {
+    if (!pending_) return;
+    const std::shared_ptr<PointToPointGroup> group = std::move(pending_);
+    pending_.reset();
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    for (const auto& transfer : group->transfers) {
+      NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, transfer.ready, 0));
+    }
+    NCCL_CHECK(ncclGroupStart());
+    for (const auto& transfer : group->transfers) {
+      const Tensor& t = transfer.tensor;
+      if (transfer.send) {
+        NCCL_CHECK(ncclSend(t.data, t.nbytes(), ncclUint8, transfer.peer, comm_, stream_));
+      } else {
+        NCCL_CHECK(ncclRecv(t.data, t.nbytes(), ncclUint8, transfer.peer, comm_, stream_));
+      }
+    }
+    NCCL_CHECK(ncclGroupEnd());
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&group->done, cudaEventDisableTiming));
+    NCCL_CUDA_CHECK(cudaEventRecord(group->done, stream_));
+    group->issued = true;
+  }
+
+  // Selects the device and makes the communicator's stream wait for the producer's work (after
+  // issuing any queued sends and receives, which keep their place in the call order).
   void begin() {
+    issue_pending_transfers();
     NCCL_CUDA_CHECK(cudaSetDevice(device_));
     NCCL_CUDA_CHECK(cudaEventRecord(producer_ready_, producer_));
     NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_ready_, 0));
@@ -313,6 +518,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t producer_ready_ = nullptr;
   float* barrier_word_ = nullptr;
+  std::shared_ptr<PointToPointGroup> pending_;  // send_async/recv_async calls not yet issued
   int rank_ = 0;
   int size_ = 1;
 };
