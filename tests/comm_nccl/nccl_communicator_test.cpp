@@ -147,10 +147,14 @@ TEST_F(NcclOneRank, HostTensorsTravelThroughTheDevice) {
   std::vector<float> host{1, 2};
   comm_->all_reduce(Tensor(host.data(), DType::f32, Shape{2}), ReduceOp::max);
   EXPECT_EQ(host, (std::vector<float>{1, 2}));
-  std::vector<uint32_t> words{0, 0, 7, 9};
+  std::vector<uint32_t> words{7, 9};
+  std::vector<uint32_t> gathered{0, 0};
   comm_->all_gather(Tensor(words.data(), DType::u32, Shape{2}),
-                    Tensor(words.data(), DType::u32, Shape{4}));  // in place, rank 0's slice
-  EXPECT_EQ(words, (std::vector<uint32_t>{0, 0, 7, 9}));
+                    Tensor(gathered.data(), DType::u32, Shape{2}));
+  EXPECT_EQ(gathered, (std::vector<uint32_t>{7, 9}));
+  comm_->all_gather(Tensor(words.data(), DType::u32, Shape{2}),
+                    Tensor(words.data(), DType::u32, Shape{2}));  // in place: rank 0's slice
+  EXPECT_EQ(words, (std::vector<uint32_t>{7, 9}));
   std::vector<int32_t> flag{3};
   comm_->broadcast(Tensor(flag.data(), DType::i32, Shape{1}), 0);
   EXPECT_EQ(flag, (std::vector<int32_t>{3}));
