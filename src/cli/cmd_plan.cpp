@@ -13,7 +13,7 @@
 #include "model/hf_config.h"
 #include "train/config.h"
 #include "train/model_setup.h"
-#include "train/plan.h"
+#include "plan/plan.h"
 
 namespace anvil::cli {
 namespace {

@@ -1,12 +1,13 @@
 // `anvil report RUN [--out FILE]`: one self-contained HTML page for a run directory (charts
 // of the metrics over steps, the last values, the sharding report and the configuration);
-// see train/run_report.h. The default output is RUN/report.html.
+// see observe/run_report.h. The default output is RUN/report.html.
 #include <filesystem>
 #include <string>
 
 #include "cli/command.h"
 #include "core/log.h"
-#include "train/run_report.h"
+#include "observe/run_report.h"
+#include "train/config.h"
 
 namespace anvil::cli {
 namespace {
@@ -24,7 +25,7 @@ int run_report(const std::vector<std::string>& args) {
   if (!parse_args(app, args)) return 0;
   const std::filesystem::path target =
       out.empty() ? std::filesystem::path(run_dir) / "report.html" : std::filesystem::path(out);
-  write_run_report(run_dir, target);
+  write_run_report(run_dir, config_to_toml(TrainConfig{}), target);
   log_info("wrote {}", target.string());
   return 0;
 }

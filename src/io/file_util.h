@@ -59,6 +59,10 @@ uint64_t xxhash64_file(const std::filesystem::path& path);
 // Formats a 64-bit hash as 16 lower-case hex digits (the form manifests store).
 std::string hash_hex(uint64_t hash);
 
+// Returns this machine's host name ("unknown" when it has none), as lock records and
+// TensorBoard event file names carry it.
+std::string host_name();
+
 // A read-only memory map of a whole file. The mapping lives as long as this object; moving
 // it transfers ownership. An empty file maps to data() == nullptr and size() == 0.
 class MappedFile {

@@ -17,7 +17,7 @@
 #include "train/base_model.h"
 #include "train/config.h"
 #include "train/model_setup.h"
-#include "train/profiler.h"
+#include "observe/profiler.h"
 
 namespace anvil {
 namespace {

@@ -58,12 +58,6 @@ std::string describe_owner(const std::string& record) {
 
 }  // namespace
 
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
-}
-
 std::filesystem::path RunDirLock::lock_path(const std::filesystem::path& root) {
   return root / kLockFile;
 }

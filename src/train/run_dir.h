@@ -52,9 +52,6 @@ class RunDirLock {
   bool created_root_ = false;
 };
 
-// Returns this machine's host name ("unknown" when it has none).
-std::string host_name();
-
 // Returns a shell-safe rendering of an argument (quoted only when needed).
 std::string shell_quote(const std::string& arg);
 

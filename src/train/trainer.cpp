@@ -46,14 +46,14 @@
 #include "parallel/sharding_report.h"
 #include "train/checkpointing.h"
 #include "train/data_sources.h"
-#include "train/metrics.h"
+#include "observe/metrics.h"
 #include "train/base_model.h"
 #include "train/model_setup.h"
-#include "train/profiler.h"
-#include "train/progress.h"
+#include "observe/profiler.h"
+#include "observe/progress.h"
 #include "train/run_dir.h"
 #include "train/signals.h"
-#include "train/tensorboard_sink.h"
+#include "observe/tensorboard_sink.h"
 
 namespace anvil {
 namespace {

@@ -17,7 +17,7 @@
 #include "comm/communicator.h"
 #include "parallel/mesh.h"
 #include "train/config.h"
-#include "train/profiler.h"
+#include "observe/profiler.h"
 
 namespace anvil {
 

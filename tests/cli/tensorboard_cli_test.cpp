@@ -11,7 +11,7 @@
 
 #include "io/file_util.h"
 #include "io/tensorboard_events.h"
-#include "train/metrics.h"
+#include "observe/metrics.h"
 #include "train_test_support.h"
 
 namespace anvil {

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "train/model_setup.h"
-#include "train/profiler.h"
+#include "observe/profiler.h"
 
 namespace anvil {
 namespace {

@@ -1,10 +1,10 @@
-// `anvil plan`'s predictor (train/plan.h): the reference workloads of docs/plan.md, whose
+// `anvil plan`'s predictor (plan/plan.h): the reference workloads of docs/plan.md, whose
 // per-device bytes are recomputed here by arithmetic from the architecture and the documented
 // layout rules (every tensor aligned to 16 elements, a group padded to 16 x world elements
 // and cut into fsdp shards, 256-byte arena views, three gather and three gradient slots of
 // the largest group); the errors for meshes and configurations a run would refuse and for
 // nothing fitting; --fit's ranking; and the --json schema.
-#include "train/plan.h"
+#include "plan/plan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // metrics.jsonl: exact line format (round-trip numbers, time fields last) and the resume cut;
 // the records as named scalars, and the TensorBoard sink writing exactly those.
-#include "train/metrics.h"
+#include "observe/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -18,8 +18,8 @@
 #include "core/error.h"
 #include "io/file_util.h"
 #include "io/tensorboard_events.h"
-#include "train/progress.h"
-#include "train/tensorboard_sink.h"
+#include "observe/progress.h"
+#include "observe/tensorboard_sink.h"
 
 namespace anvil {
 namespace {

@@ -1,5 +1,5 @@
 // The built-in hardware profiles and the measurement of this CPU (see hardware_profile.h).
-#include "train/hardware_profile.h"
+#include "plan/hardware_profile.h"
 
 #include <fmt/format.h>
 

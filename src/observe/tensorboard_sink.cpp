@@ -1,11 +1,11 @@
 // TensorBoardSink: each record's metrics.jsonl line, read back as JSON, becomes one event of
 // float scalars at the record's step. Reading the line (rather than the record's members)
 // keeps one list of fields, format_metrics_line's, for every sink.
-#include "train/tensorboard_sink.h"
+#include "observe/tensorboard_sink.h"
 
 #include <nlohmann/json.hpp>
 
-#include "train/run_dir.h"
+#include "io/file_util.h"
 
 namespace anvil {
 

@@ -1,6 +1,6 @@
 // The plan's memory and time model, the --fit mesh search and what would make a configuration
 // fit (see plan.h). Reports (JSON and text) live in plan_report.cpp.
-#include "train/plan.h"
+#include "plan/plan.h"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // the records may gain, such as a memory object, get charts too), the page's self-containment,
 // its determinism, nice axis ticks, thinning that keeps spikes, and every bad input failing
 // with the file and line before anything is written.
-#include "train/run_report.h"
+#include "observe/run_report.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,12 +13,15 @@
 #include "core/error.h"
 #include "io/file_util.h"
 #include "train/config.h"
-#include "train/svg_chart.h"
+#include "observe/svg_chart.h"
 
 namespace anvil {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The built-in defaults the page compares a run's config.toml against.
+const std::string kDefaults = config_to_toml(TrainConfig{});
 
 int occurrences(const std::string& text, const std::string& needle) {
   int count = 0;
@@ -75,7 +78,7 @@ class RunReport : public ::testing::Test {
 };
 
 TEST_F(RunReport, ChartsEveryGroupOfSeriesAndTheConfiguration) {
-  const std::string html = render_run_report(run);
+  const std::string html = render_run_report(run, kDefaults);
   EXPECT_TRUE(html.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
   EXPECT_TRUE(html.ends_with("</body>\n</html>\n"));
   // Loss, learning rate, gradient norm, throughput, MFU, memory, the per-category memory
@@ -111,12 +114,12 @@ TEST_F(RunReport, ChartsEveryGroupOfSeriesAndTheConfiguration) {
 }
 
 TEST_F(RunReport, PageReferencesNothingOutsideItselfAndIsDeterministic) {
-  const std::string html = render_run_report(run);
+  const std::string html = render_run_report(run, kDefaults);
   for (const char* outside : {"http:", "https:", "<script", "src=", "href=", "url(", "@import",
                               "<link", "<img"}) {
     EXPECT_EQ(html.find(outside), std::string::npos) << outside;
   }
-  EXPECT_EQ(render_run_report(run), html);
+  EXPECT_EQ(render_run_report(run, kDefaults), html);
 }
 
 TEST_F(RunReport, BadInputNamesTheFileAndLineAndWritesNothing) {
@@ -124,7 +127,7 @@ TEST_F(RunReport, BadInputNamesTheFileAndLineAndWritesNothing) {
   const std::string metrics = (run / "metrics.jsonl").string();
   const std::string good = read_file(run / "metrics.jsonl");
   const auto fails_with = [&](const std::string& expected) {
-    EXPECT_EQ(error_of([&] { write_run_report(run, out); }), expected);
+    EXPECT_EQ(error_of([&] { write_run_report(run, kDefaults, out); }), expected);
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
   };
@@ -140,14 +143,14 @@ TEST_F(RunReport, BadInputNamesTheFileAndLineAndWritesNothing) {
   fails_with("[report] " + metrics + " does not exist (is this a run directory of anvil train?)");
   write_file_atomic(run / "metrics.jsonl", good);
   write_file_atomic(run / "config.toml", "[training]\nsteps = = 3\n");
-  EXPECT_NE(error_of([&] { write_run_report(run, out); })
+  EXPECT_NE(error_of([&] { write_run_report(run, kDefaults, out); })
                 .find("[report] " + (run / "config.toml").string() + ":2:"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(out));
   write_file_atomic(run / "config.toml", "");
   write_file_atomic(run / "sharding.json", "{\"mesh\":");
   fails_with("[report] " + (run / "sharding.json").string() + " is not a JSON object");
-  EXPECT_EQ(error_of([&] { render_run_report(run / "absent"); }),
+  EXPECT_EQ(error_of([&] { render_run_report(run / "absent", kDefaults); }),
             "[report] run directory " + (run / "absent").string() + " does not exist");
 }
 

@@ -1,5 +1,5 @@
 // The profile window (see profiler.h).
-#include "train/profiler.h"
+#include "observe/profiler.h"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // SVG drawing for svg_chart.h. Coordinates are written with one decimal (a tenth of a pixel),
 // so a chart's text is small and the same inputs give the same bytes.
-#include "train/svg_chart.h"
+#include "observe/svg_chart.h"
 
 #include <fmt/format.h>
 

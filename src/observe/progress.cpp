@@ -1,5 +1,5 @@
 // Progress line formatting and the terminal/plain-log switch.
-#include "train/progress.h"
+#include "observe/progress.h"
 
 #include <fmt/format.h>
 #include <sys/resource.h>

@@ -1,6 +1,6 @@
 // metrics.jsonl writing, the resume-time cut and the records' scalars. Lines are built with fmt
 // rather than a JSON library so the field order and the number text are fixed (see metrics.h).
-#include "train/metrics.h"
+#include "observe/metrics.h"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // order); each series goes into one chart only. Numbers in tables are written with 6
 // significant digits, and the page holds nothing that changes between two renderings of the
 // same run directory (no time of rendering), so a test can compare pages.
-#include "train/run_report.h"
+#include "observe/run_report.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -16,9 +16,8 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
-#include "train/config.h"
-#include "train/metrics.h"
-#include "train/svg_chart.h"
+#include "observe/metrics.h"
+#include "observe/svg_chart.h"
 
 namespace anvil {
 namespace {
@@ -176,9 +175,9 @@ toml::table parse_toml_file(const std::filesystem::path& path) {
 }
 
 // One table per section; rows whose value differs from the built-in default are bold.
-std::string config_tables(const std::filesystem::path& path) {
+std::string config_tables(const std::filesystem::path& path, const std::string& default_config) {
   const toml::table config = parse_toml_file(path);
-  const toml::table defaults = toml::parse(config_to_toml(TrainConfig{}));
+  const toml::table defaults = toml::parse(default_config);
   std::string html = "<div class=\"tables\">\n";
   for (const auto& [section, section_node] : config) {
     const toml::table* keys = section_node.as_table();
@@ -273,11 +272,12 @@ std::vector<MetricSeries> read_metric_series(const std::filesystem::path& metric
   return all;
 }
 
-std::string render_run_report(const std::filesystem::path& run_dir) {
+std::string render_run_report(const std::filesystem::path& run_dir,
+                              const std::string& default_config) {
   ANVIL_CHECK(std::filesystem::is_directory(run_dir), "[report] run directory {} does not exist",
               run_dir.string());
   const std::vector<MetricSeries> series = read_metric_series(run_dir / "metrics.jsonl");
-  const std::string config = config_tables(run_dir / "config.toml");
+  const std::string config = config_tables(run_dir / "config.toml", default_config);
   const std::filesystem::path sharding_path = run_dir / "sharding.json";
   const std::string sharding =
       std::filesystem::exists(sharding_path) ? sharding_tables(sharding_path) : "";
@@ -298,8 +298,9 @@ std::string render_run_report(const std::filesystem::path& run_dir) {
   return html + "</body>\n</html>\n";
 }
 
-void write_run_report(const std::filesystem::path& run_dir, const std::filesystem::path& out) {
-  write_file_atomic(out, render_run_report(run_dir));
+void write_run_report(const std::filesystem::path& run_dir, const std::string& default_config,
+                      const std::filesystem::path& out) {
+  write_file_atomic(out, render_run_report(run_dir, default_config));
 }
 
 }  // namespace anvil

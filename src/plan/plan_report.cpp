@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "train/plan.h"
+#include "plan/plan.h"
 
 namespace anvil {
 namespace {

@@ -20,7 +20,7 @@
 #include "parallel/engine.h"
 #include "parallel/mesh.h"
 #include "train/config.h"
-#include "train/hardware_profile.h"
+#include "plan/hardware_profile.h"
 
 namespace anvil {
 

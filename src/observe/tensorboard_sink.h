@@ -9,7 +9,7 @@
 #include <string>
 
 #include "io/tensorboard_events.h"
-#include "train/metrics.h"
+#include "observe/metrics.h"
 
 namespace anvil {
 

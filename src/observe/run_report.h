@@ -24,10 +24,13 @@ struct MetricSeries {
 // "[report] FILE:LINE: ..." for a line that is not a record.
 std::vector<MetricSeries> read_metric_series(const std::filesystem::path& metrics_path);
 
-// Returns the report page of the run directory `run_dir`.
-std::string render_run_report(const std::filesystem::path& run_dir);
+// Returns the report page of the run directory `run_dir`; `default_config` (TOML: the built-in
+// defaults, from the training layer above) marks the keys a run changed.
+std::string render_run_report(const std::filesystem::path& run_dir,
+                              const std::string& default_config);
 
 // Writes the report page of `run_dir` to `out` atomically.
-void write_run_report(const std::filesystem::path& run_dir, const std::filesystem::path& out);
+void write_run_report(const std::filesystem::path& run_dir, const std::string& default_config,
+                      const std::filesystem::path& out);
 
 }  // namespace anvil
