@@ -169,7 +169,7 @@ std::unique_ptr<Event> Backend::record_event() {
   return FlagEvent::completed();
 }
 
-std::unique_ptr<Stream> Backend::create_stream() { return std::make_unique<WorkerStream>(); }
+std::unique_ptr<Stream> Backend::create_stream() { return std::make_unique<WorkerStream>(*this); }
 
 void* Backend::host_address(const void* device_ptr) const {
   ANVIL_CHECK(device().is_cpu(), "[{}] device memory has no host address", name());

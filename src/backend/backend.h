@@ -98,6 +98,13 @@ class Stream {
   virtual std::unique_ptr<Event> record_event() = 0;
   // Makes every task queued after this call wait until `event` has completed.
   virtual void wait_event(const Event& event) = 0;
+  // Queues a copy of device tensor `src` into host memory `dst` (a copy stream: gradients
+  // leaving for a host optimizer while the compute stream goes on). `dst` must stay valid and
+  // unread until an event recorded after the copy has completed; on cuda it is asynchronous
+  // only from page-locked memory.
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;
+  // Queues a copy of host memory `src` into device tensor `dst` (same rule for `src`).
+  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
   // Blocks the host until every task queued so far has run.
   virtual void synchronize() = 0;
 };

@@ -1,6 +1,8 @@
 // FlagEvent and WorkerStream (see worker_stream.h).
 #include "backend/worker_stream.h"
 
+#include <cstring>
+
 namespace anvil {
 
 std::unique_ptr<FlagEvent> FlagEvent::completed() {
@@ -29,7 +31,8 @@ std::function<void()> FlagEvent::completer() const {
   };
 }
 
-WorkerStream::WorkerStream() : worker_([this] { work(); }) {}
+WorkerStream::WorkerStream(const Backend& backend)
+    : backend_(backend), worker_([this] { work(); }) {}
 
 WorkerStream::~WorkerStream() {
   {
@@ -65,6 +68,18 @@ void WorkerStream::wait_event(const Event& event) {
     return;
   }
   event.synchronize();  // an event of another kind: wait here, before queueing more
+}
+
+// Device memory is reached through the backend's host view (the kernel view on sim), which is
+// resolved now: the task itself must not throw.
+void WorkerStream::copy_to_host(void* dst, const Tensor& src) {
+  const Tensor view = backend_.host_view(src);
+  enqueue_host([dst, view] { std::memcpy(dst, view.data, view.nbytes()); });
+}
+
+void WorkerStream::copy_from_host(const Tensor& dst, const void* src) {
+  const Tensor view = backend_.host_view(dst);
+  enqueue_host([view, src] { std::memcpy(view.data, src, view.nbytes()); });
 }
 
 void WorkerStream::synchronize() {

@@ -37,7 +37,8 @@ class FlagEvent final : public Event {
 
 class WorkerStream final : public Stream {
  public:
-  WorkerStream();
+  // `backend` (which must outlive the stream) resolves device addresses for copies.
+  explicit WorkerStream(const Backend& backend);
   // Runs every queued task, then joins the worker.
   ~WorkerStream() override;
   WorkerStream(const WorkerStream&) = delete;
@@ -46,11 +47,14 @@ class WorkerStream final : public Stream {
   void enqueue_host(std::function<void()> task) override;
   std::unique_ptr<Event> record_event() override;
   void wait_event(const Event& event) override;
+  void copy_to_host(void* dst, const Tensor& src) override;
+  void copy_from_host(const Tensor& dst, const void* src) override;
   void synchronize() override;
 
  private:
   void work();
 
+  const Backend& backend_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable idle_;

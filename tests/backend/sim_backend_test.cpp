@@ -132,6 +132,35 @@ TEST(SimBackend, OpsReturnBeforeTheyRunAndCopiesSeeTheResult) {
   EXPECT_EQ(sim.pending_for_test(), 0u);
 }
 
+// A copy stream: gradients leave for the host behind the compute that produced them, and
+// weights come back before the compute that reads them, ordered by events alone.
+TEST(SimBackend, StreamCopiesAreOrderedByEvents) {
+  SimBackend sim(1 << 20);
+  Buffer buffer(sim, 4 * sizeof(float), MemoryCategory::workspace);
+  const Tensor t = buffer.as(DType::f32, Shape{4});
+  std::vector<float> host = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  sim.enqueue_for_test([released] { released.wait(); });  // holds the compute stream
+  sim.copy_from_host(t, host.data());
+  sim.scale(t, 2.0f);
+  std::unique_ptr<Stream> copies = sim.create_stream();
+  copies->wait_event(*sim.record_event());
+  std::vector<float> down(4, -1.0f);
+  copies->copy_to_host(down.data(), t);
+  const std::vector<float> up = {10.0f, 20.0f, 30.0f, 40.0f};
+  copies->copy_from_host(t, up.data());
+  std::unique_ptr<Event> uploaded = copies->record_event();
+  sim.wait_event(*uploaded);
+  sim.scale(t, 3.0f);
+  EXPECT_FALSE(uploaded->done());  // the compute stream is still held
+  release.set_value();
+  copies->synchronize();
+  EXPECT_EQ(down, (std::vector<float>{2.0f, 4.0f, 6.0f, 8.0f}));
+  sim.copy_to_host(host.data(), t);
+  EXPECT_EQ(host, (std::vector<float>{30.0f, 60.0f, 90.0f, 120.0f}));
+}
+
 TEST(SimBackend, KernelFailuresSurfaceAtTheNextSynchronisation) {
   SimBackend sim(1 << 20);
   sim.enqueue_for_test([] { ANVIL_FAIL("[test] kernel failed"); });

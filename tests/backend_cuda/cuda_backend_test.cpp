@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_stream.h"
 #include "core/buffer.h"
 #include "core/error.h"
 
@@ -93,6 +94,36 @@ TEST_F(CudaBackendTest, PinnedCopiesRoundTripAcrossChunkBoundaries) {
     cuda_->copy(copy, device);
     EXPECT_EQ(read(*cuda_, copy), values) << count << " elements";
   }
+}
+
+// Real cudaEvents and a copy stream: a download on the copy stream sees the kernels the
+// compute stream ran before its event, and the compute stream's next kernel sees the upload
+// it waited for; page-locked host memory makes both copies asynchronous.
+TEST_F(CudaBackendTest, CopyStreamIsOrderedByEvents) {
+  const int64_t n = 1 << 20;
+  const Tensor t = make(*cuda_, DType::f32, Shape{n}, pattern(n, 3));
+  for (int i = 0; i < 8; ++i) cuda_->scale(t, 2.0f);  // queued work the copy must wait for
+  std::unique_ptr<Event> computed = cuda_->record_event();
+  std::unique_ptr<Stream> copies = cuda_->create_stream();
+  copies->wait_event(*computed);
+  cuda::PinnedBuffer down(static_cast<size_t>(n) * 4), up(static_cast<size_t>(n) * 4);
+  copies->copy_to_host(down.data(), t);
+  std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  std::memcpy(up.data(), ones.data(), up.bytes());
+  copies->copy_from_host(t, up.data());
+  bool ran = false;
+  copies->enqueue_host([&ran] { ran = true; });
+  std::unique_ptr<Event> uploaded = copies->record_event();
+  cuda_->wait_event(*uploaded);
+  cuda_->scale(t, 5.0f);
+  uploaded->synchronize();
+  EXPECT_TRUE(uploaded->done());
+  EXPECT_TRUE(ran);
+  const std::vector<float> expected = pattern(n, 3);
+  const auto* got = static_cast<const float*>(down.data());
+  for (int64_t i = 0; i < n; i += 4099) EXPECT_EQ(got[i], expected[i] * 256.0f) << i;
+  const std::vector<float> after = read(*cuda_, t);
+  for (int64_t i = 0; i < n; i += 4099) EXPECT_EQ(after[i], 5.0f) << i;
 }
 
 TEST_F(CudaBackendTest, AllocatorReusesFreedBlocksAndTracksPeak) {

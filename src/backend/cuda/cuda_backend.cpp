@@ -85,6 +85,17 @@ void CudaBackend::fill_zero_kernel(const Tensor& t) {
 
 void CudaBackend::synchronize() { stream_->synchronize(); }
 
+std::unique_ptr<Event> CudaBackend::record_event() {
+  return std::make_unique<cuda::CudaBackendEvent>(stream());
+}
+
+void CudaBackend::wait_event(const Event& event) { cuda::stream_wait_event(stream(), event); }
+
+std::unique_ptr<Stream> CudaBackend::create_stream() {
+  CUDA_CHECK(cudaSetDevice(device_index_));
+  return std::make_unique<cuda::CudaCopyStream>();
+}
+
 void CudaBackend::read_back(void* dst, const void* src, size_t bytes) {
   ANVIL_CHECK(bytes <= kReadbackBytes, "[cuda] read_back of {} bytes exceeds {}", bytes,
               kReadbackBytes);

@@ -37,6 +37,10 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device{DeviceType::cuda, device_index_}; }
 
   void synchronize() override;
+  // Real cudaEvents on the compute stream; create_stream gives a CudaCopyStream.
+  std::unique_ptr<Event> record_event() override;
+  void wait_event(const Event& event) override;
+  std::unique_ptr<Stream> create_stream() override;
 
  protected:
   void copy_from_host_kernel(const Tensor& dst, const void* src) override;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -26,6 +27,51 @@ CudaEvent::~CudaEvent() {
 void CudaEvent::record(cudaStream_t stream) { CUDA_CHECK(cudaEventRecord(event_, stream)); }
 
 void CudaEvent::synchronize() const { CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+bool CudaEvent::query() const {
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) return false;
+  CUDA_CHECK(status);
+  return true;
+}
+
+void stream_wait_event(cudaStream_t stream, const Event& event) {
+  if (const auto* cuda_event = dynamic_cast<const CudaBackendEvent*>(&event)) {
+    CUDA_CHECK(cudaStreamWaitEvent(stream, cuda_event->get(), 0));
+    return;
+  }
+  event.synchronize();
+}
+
+namespace {
+
+// Runs and frees a task queued by CudaCopyStream::enqueue_host.
+void CUDART_CB run_host_task(void* task) {
+  std::unique_ptr<std::function<void()>> owned(static_cast<std::function<void()>*>(task));
+  (*owned)();
+}
+
+}  // namespace
+
+void CudaCopyStream::enqueue_host(std::function<void()> task) {
+  auto owned = std::make_unique<std::function<void()>>(std::move(task));
+  CUDA_CHECK(cudaLaunchHostFunc(stream_.get(), run_host_task, owned.get()));
+  owned.release();  // run_host_task frees it
+}
+
+std::unique_ptr<Event> CudaCopyStream::record_event() {
+  return std::make_unique<CudaBackendEvent>(stream_.get());
+}
+
+void CudaCopyStream::wait_event(const Event& event) { stream_wait_event(stream_.get(), event); }
+
+void CudaCopyStream::copy_to_host(void* dst, const Tensor& src) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_.get()));
+}
+
+void CudaCopyStream::copy_from_host(const Tensor& dst, const void* src) {
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_.get()));
+}
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
   CUDA_CHECK(cudaMallocHost(&data_, bytes));
