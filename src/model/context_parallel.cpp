@@ -11,6 +11,7 @@
 #include "model/context_parallel.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -122,6 +123,68 @@ HalfStaging half_staging(const ContextParallelScratch& scratch, const RingDims& 
   s.k = carve.take(d.kv_half());
   s.v = carve.take(d.kv_half());
   return s;
+}
+
+// One (query half, key half) pair of a ring step that the mask may show: the query half `qh`
+// of this rank against the key half `kh` of the held block, whose rows are `keys`/`values`.
+struct RingPair {
+  int qh = 0;
+  int kh = 0;
+  Tensor keys, values;
+  AttentionParams block;  // the pair's absolute offsets
+};
+
+// What a ring walk does besides moving the key/value blocks: before a step's pairs, at each
+// visible pair, and after the step's pairs (before the travelling block is awaited).
+struct RingVisitor {
+  std::function<void(int step)> begin_step = [](int) {};
+  std::function<void(const RingPair& pair)> visit;
+  std::function<void(int step)> end_step = [](int) {};
+};
+
+// Walks the ring, the structure forward and backward share: at step s the block of rank
+// (rank - s) is held (this rank's own at step 0), the next one travels in while the held one
+// is used, every pair the mask may show is visited once, and transfers are advanced after
+// each pair (`progress_extra` advances the caller's own, e.g. the gradient accumulator's).
+void walk_ring(Backend& backend, const ContextParallel& cp, ContextParallelScratch& scratch,
+               const RingDims& d, HalfStaging& stage, const Tensor& k, const Tensor& v,
+               const AttentionParams& params, const RingVisitor& visitor,
+               const std::function<void()>& progress_extra) {
+  const int ranks = cp.size;
+  std::vector<Tensor> held = {k, v};
+  for (int step = 0; step < ranks; ++step) {
+    const ContextParallel source_rank{ranks, (cp.rank - step + ranks) % ranks, nullptr};
+    std::vector<Tensor> arriving;
+    std::unique_ptr<RingExchange> exchange;
+    if (step + 1 < ranks) {
+      arriving = kv_slot(scratch, step % 2, d, k.dtype);
+      exchange = cp.ops->ring_shift(held, arriving);
+    }
+    visitor.begin_step(step);
+    for (int kh = 0; kh < 2; ++kh) {
+      const int64_t k_begin = int64_t{source_rank.chunk_of_half(kh)} * d.half;
+      RingPair pair;
+      pair.kh = kh;
+      for (int qh = 0; qh < 2; ++qh) {
+        const int64_t q_begin = int64_t{cp.chunk_of_half(qh)} * d.half;
+        if (!cp_block_may_be_visible(params, q_begin, k_begin, d.half)) continue;
+        if (!pair.keys.defined()) {
+          pair.keys = half_rows(backend, held[0], kh, stage.k);
+          pair.values = half_rows(backend, held[1], kh, stage.v);
+        }
+        pair.qh = qh;
+        pair.block = block_params(params, q_begin, k_begin);
+        visitor.visit(pair);
+        if (exchange) exchange->progress();
+        progress_extra();
+      }
+    }
+    visitor.end_step(step);
+    if (exchange) {
+      exchange->wait();
+      held = arriving;
+    }
+  }
 }
 
 void check_ring(const ContextParallel& cp, const ContextParallelScratch& scratch,
@@ -273,7 +336,6 @@ void cp_attention_forward(Backend& backend, const ContextParallel& cp,
   const RingDims d = ring_dims(q, k);
   check_ring(cp, scratch, d);
   const DType dtype = q.dtype;
-  const int ranks = cp.size;
   HalfStaging stage = half_staging(scratch, d, dtype);
   Carver accum(scratch.accum, DType::f32);
   Tensor merged_out[2], merged_lse[2], queries[2];
@@ -288,51 +350,27 @@ void cp_attention_forward(Backend& backend, const ContextParallel& cp,
       dtype == DType::f32 ? part_out : Carver(scratch.partial_f32, DType::f32).take(d.q_half());
   const Tensor part_lse = Carver(scratch.partial_lse, DType::f32).take(d.lse_half());
   bool started[2] = {false, false};
-
-  std::vector<Tensor> held = {k, v};
-  for (int step = 0; step < ranks; ++step) {
-    const int source = (cp.rank - step + ranks) % ranks;
-    const ContextParallel source_rank{ranks, source, nullptr};
-    std::vector<Tensor> arriving;
-    std::unique_ptr<RingExchange> exchange;
-    if (step + 1 < ranks) {
-      arriving = kv_slot(scratch, step % 2, d, dtype);
-      exchange = cp.ops->ring_shift(held, arriving);
-    }
-    for (int kh = 0; kh < 2; ++kh) {
-      const int64_t k_begin = int64_t{source_rank.chunk_of_half(kh)} * d.half;
-      Tensor keys, values;
-      for (int qh = 0; qh < 2; ++qh) {
-        const int64_t q_begin = int64_t{cp.chunk_of_half(qh)} * d.half;
-        if (!cp_block_may_be_visible(params, q_begin, k_begin, d.half)) continue;
-        if (!keys.defined()) {
-          keys = half_rows(backend, held[0], kh, stage.k);
-          values = half_rows(backend, held[1], kh, stage.v);
-        }
-        const AttentionParams block = block_params(params, q_begin, k_begin);
-        if (!started[qh]) {
-          // The first block of a half writes the running lse directly.
-          backend.attention_forward(queries[qh], keys, values, part_out, merged_lse[qh], block);
-          if (dtype == DType::f32) {
-            backend.copy(merged_out[qh], part_out);
-          } else {
-            backend.cast(part_out, merged_out[qh]);
-          }
-          started[qh] = true;
-          if (exchange) exchange->progress();
-          continue;
-        }
-        backend.attention_forward(queries[qh], keys, values, part_out, part_lse, block);
-        if (dtype != DType::f32) backend.cast(part_out, part_wide);
-        backend.attention_merge(merged_out[qh], merged_lse[qh], part_wide, part_lse);
-        if (exchange) exchange->progress();
+  RingVisitor visitor;
+  visitor.visit = [&](const RingPair& pair) {
+    const int qh = pair.qh;
+    if (!started[qh]) {
+      // The first block of a half writes the running lse directly.
+      backend.attention_forward(queries[qh], pair.keys, pair.values, part_out, merged_lse[qh],
+                                pair.block);
+      if (dtype == DType::f32) {
+        backend.copy(merged_out[qh], part_out);
+      } else {
+        backend.cast(part_out, merged_out[qh]);
       }
+      started[qh] = true;
+      return;
     }
-    if (exchange) {
-      exchange->wait();
-      held = arriving;
-    }
-  }
+    backend.attention_forward(queries[qh], pair.keys, pair.values, part_out, part_lse,
+                              pair.block);
+    if (dtype != DType::f32) backend.cast(part_out, part_wide);
+    backend.attention_merge(merged_out[qh], merged_lse[qh], part_wide, part_lse);
+  };
+  walk_ring(backend, cp, scratch, d, stage, k, v, params, visitor, [] {});
   for (int h = 0; h < 2; ++h) {
     ANVIL_CHECK(started[h], "[parallel] ring attention: local half {} saw no key block", h);
     put_half_rows(backend, merged_out[h], h, out, Put::assign);
@@ -366,55 +404,38 @@ void cp_attention_backward(Backend& backend, const ContextParallel& cp,
   const Tensor dv_part = partial.take(d.kv_half());
   const std::vector<Tensor> step_grad = grad_slot(scratch.grad_kv_step, d);
 
-  std::vector<Tensor> held = {k, v};
   std::unique_ptr<RingExchange> grad_exchange;  // the held block's accumulator arriving
-  for (int step = 0; step < ranks; ++step) {
-    const int source = (cp.rank - step + ranks) % ranks;
-    const ContextParallel source_rank{ranks, source, nullptr};
-    std::vector<Tensor> arriving;
-    std::unique_ptr<RingExchange> kv_exchange;
-    if (step + 1 < ranks) {
-      arriving = kv_slot(scratch, step % 2, d, dtype);
-      kv_exchange = cp.ops->ring_shift(held, arriving);
-    }
+  std::vector<Tensor> accumulator, contribution;
+  RingVisitor visitor;
+  visitor.begin_step = [&](int step) {
     // Step 0's block is this rank's own: nothing has accumulated for it elsewhere yet, so its
     // contribution goes straight into the accumulator that starts travelling.
-    const std::vector<Tensor> accumulator = grad_slot(scratch.grad_kv[step % 2], d);
-    const std::vector<Tensor>& contribution = step == 0 ? accumulator : step_grad;
+    accumulator = grad_slot(scratch.grad_kv[step % 2], d);
+    contribution = step == 0 ? accumulator : step_grad;
     backend.fill_zero(contribution[0]);
     backend.fill_zero(contribution[1]);
-    for (int kh = 0; kh < 2; ++kh) {
-      const int64_t k_begin = int64_t{source_rank.chunk_of_half(kh)} * d.half;
-      Tensor keys, values;
-      for (int qh = 0; qh < 2; ++qh) {
-        const int64_t q_begin = int64_t{cp.chunk_of_half(qh)} * d.half;
-        if (!cp_block_may_be_visible(params, q_begin, k_begin, d.half)) continue;
-        if (!keys.defined()) {
-          keys = half_rows(backend, held[0], kh, stage.k);
-          values = half_rows(backend, held[1], kh, stage.v);
-        }
-        const AttentionParams block = block_params(params, q_begin, k_begin);
-        backend.attention_backward(grads[qh], queries[qh], keys, values, outs[qh], lses[qh],
-                                   dq_part, dk_part, dv_part, block);
-        backend.axpy(1.0f, dq_part, dq_sum[qh]);
-        put_half_rows(backend, dk_part, kh, contribution[0], Put::add);
-        put_half_rows(backend, dv_part, kh, contribution[1], Put::add);
-        if (kv_exchange) kv_exchange->progress();
-        if (grad_exchange) grad_exchange->progress();
-      }
-    }
+  };
+  visitor.visit = [&](const RingPair& pair) {
+    backend.attention_backward(grads[pair.qh], queries[pair.qh], pair.keys, pair.values,
+                               outs[pair.qh], lses[pair.qh], dq_part, dk_part, dv_part,
+                               pair.block);
+    backend.axpy(1.0f, dq_part, dq_sum[pair.qh]);
+    put_half_rows(backend, dk_part, pair.kh, contribution[0], Put::add);
+    put_half_rows(backend, dv_part, pair.kh, contribution[1], Put::add);
+  };
+  visitor.end_step = [&](int step) {
     if (step > 0) {
       grad_exchange->wait();  // the accumulator has arrived and the previous one has left
       backend.add(accumulator[0], step_grad[0], accumulator[0]);
       backend.add(accumulator[1], step_grad[1], accumulator[1]);
     }
     // Pass the accumulator on; after the last step what arrives is this rank's own block's.
-    grad_exchange = cp.ops->ring_shift(accumulator, grad_slot(scratch.grad_kv[(step + 1) % 2], d));
-    if (kv_exchange) {
-      kv_exchange->wait();
-      held = arriving;
-    }
-  }
+    grad_exchange =
+        cp.ops->ring_shift(accumulator, grad_slot(scratch.grad_kv[(step + 1) % 2], d));
+  };
+  walk_ring(backend, cp, scratch, d, stage, k, v, params, visitor, [&] {
+    if (grad_exchange) grad_exchange->progress();
+  });
   grad_exchange->wait();
   const std::vector<Tensor> total = grad_slot(scratch.grad_kv[ranks % 2], d);
   for (int h = 0; h < 2; ++h) put_half_rows(backend, dq_sum[h], h, dq, Put::assign);

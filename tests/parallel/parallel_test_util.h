@@ -334,6 +334,39 @@ inline Curve run_steps(Harness& harness, int64_t first, int64_t last) {
   return curve;
 }
 
+// What an "N ranks train what one process trains" test (tp, cp) compares between its
+// distributed harness and the one-process harness over the same global batch.
+struct OneProcessComparison {
+  double gradient_difference = 0;  // first step: max |difference| / max |reference| per tensor
+  std::string worst_gradient;      // the parameter where that is largest
+  Curve got, want;                 // the losses of every step, the first included
+  double loss_difference = 0;      // max relative difference of a step's loss
+};
+
+// Checks that both harnesses start from the same weights, runs the first step and compares
+// its gradients, then runs steps 1..steps and compares the loss curves.
+inline OneProcessComparison compare_with_one_process(Harness& distributed, Harness& reference,
+                                                     int steps) {
+  OneProcessComparison c;
+  if (!same_bits(distributed.all_weights(), reference.all_weights())) {
+    ADD_FAILURE() << "the shards must start from the one-process model's values";
+    c.gradient_difference = c.loss_difference = std::numeric_limits<double>::quiet_NaN();
+    return c;
+  }
+  const Curve first_got = run_steps(distributed, 0, 1);
+  const Curve first_want = run_steps(reference, 0, 1);
+  c.gradient_difference =
+      max_tensor_difference(reference.model().full_trainable_layout(), distributed.all_gradients(),
+                            reference.all_gradients(), c.worst_gradient);
+  c.got = run_steps(distributed, 1, steps);
+  c.want = run_steps(reference, 1, steps);
+  c.got.losses.insert(c.got.losses.begin(), first_got.losses.front());
+  c.want.losses.insert(c.want.losses.begin(), first_want.losses.front());
+  c.loss_difference = max_relative_difference(c.got.losses, c.want.losses);
+  EXPECT_GT(std::abs(c.want.losses.front() - c.want.losses.back()), 1e-3) << "the run must learn";
+  return c;
+}
+
 // Expects the bytes the backend measured after setup to equal, category by category, what
 // DataParallelEngine::planned_memory predicts for this rank without allocating.
 inline void expect_planned_memory(Harness& harness, const RunSpec& spec) {
