@@ -10,6 +10,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev libxxhash-dev
   libpcre2-dev                       # Unicode regex (with JIT) for tokenizer pre-splitting
   libcsv-dev                         # CSV parsing of the MMLU benchmark files
+  zlib1g-dev libzstd-dev liblzma-dev # compressed corpora (.gz, .zst, .xz) for anvil prepare
+  gzip zstd xz-utils                 # the tests compress their corpora with these
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (Event protobufs)
   libisal-dev                        # their CRC32C (ISA-L's crc32_iscsi)
   libopenblas-dev libdnnl-dev        # GEMM libraries for the optimized CPU backend

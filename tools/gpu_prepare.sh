@@ -22,6 +22,7 @@ packages=(
   libdnnl-dev libdnnl2 ocl-icd-libopencl1
   pkgconf pkgconf-bin libpkgconf3
   libisal-dev libisal2
+  zlib1g-dev libzstd-dev libzstd1 liblzma-dev liblzma5
   libcsv-dev libcsv3
   libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
 )

@@ -81,7 +81,8 @@ int run_prepare(const std::vector<std::string>& args) {
   std::string on_error = "fail";
   app.add_option("--input", options.inputs,
                  "text files, folders (walked recursively, sorted) or glob patterns; "
-                 ".jsonl/.ndjson files hold one JSON record per line")
+                 ".jsonl/.ndjson files hold one JSON record per line; any file may be "
+                 "gzip, zstd or xz compressed (found by its magic bytes, streamed)")
       ->required()
       ->expected(1, -1);
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json, tokenizer.model or a folder")

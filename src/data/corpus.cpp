@@ -22,7 +22,9 @@ namespace {
 constexpr size_t kBinaryProbeBytes = 8192;
 constexpr uint64_t kMaxListedWarnings = 20;
 
+// A compressed file is judged by what it holds, which is read when it is prepared.
 bool looks_binary(const fs::path& path) {
+  if (detect_compression(path.string()) != Compression::none) return false;
   std::ifstream in(path, std::ios::binary);
   ANVIL_CHECK(in.is_open(), "[prepare] {}: cannot open: {}", path.string(), std::strerror(errno));
   char probe[kBinaryProbeBytes];
@@ -137,8 +139,10 @@ ResolvedInputs resolve_inputs(const std::vector<std::string>& inputs) {
 }
 
 bool is_jsonl_path(const std::string& path) {
-  const std::string extension = fs::path(path).extension().string();
-  return extension == ".jsonl" || extension == ".ndjson";
+  const std::string content_name = strip_compression_suffix(path);
+  const std::string extension = fs::path(content_name).extension().string();
+  return extension == ".jsonl" || extension == ".ndjson" ||
+         (extension == ".json" && content_name != path);
 }
 
 CorpusReader::CorpusReader(std::vector<std::string> files, CorpusOptions options)
@@ -159,13 +163,15 @@ bool CorpusReader::next(Document& doc) {
     } else {
       got = next_whole_file(doc);
     }
+    check_stream();
     ANVIL_CHECK(!stream_.bad(), "[prepare] {}: read error", files_[current_]);
     if (got) {
       doc.file = current_;
       ++documents_per_file_[current_];
       return true;
     }
-    stream_.close();
+    stream_.rdbuf(nullptr);
+    buffer_.reset();
     file_open_ = false;
   }
 }
@@ -173,16 +179,23 @@ bool CorpusReader::next(Document& doc) {
 bool CorpusReader::open_next_file() {
   if (next_file_ >= files_.size()) return false;
   current_ = next_file_++;
-  stream_ = std::ifstream(files_[current_], std::ios::binary);
-  ANVIL_CHECK(stream_.is_open(), "[prepare] {}: cannot open: {}", files_[current_],
-              std::strerror(errno));
+  buffer_ = std::make_unique<DecompressingBuffer>(files_[current_]);
+  stream_.rdbuf(buffer_.get());
+  stream_.clear();
   file_open_ = true;
   line_number_ = 0;
   return true;
 }
 
+void CorpusReader::check_stream() const {
+  ANVIL_CHECK(buffer_ == nullptr || buffer_->error().empty(), "[prepare] {}:{}: {}",
+              files_[current_], line_number_ + 1, buffer_->error());
+}
+
 bool CorpusReader::read_line(std::string& line) {
-  if (!std::getline(stream_, line)) return false;
+  const bool got = static_cast<bool>(std::getline(stream_, line));
+  check_stream();  // a damaged stream's last line is not a line
+  if (!got) return false;
   ++line_number_;
   bytes_read_ += line.size() + (stream_.eof() ? 0 : 1);
   return true;
@@ -206,7 +219,7 @@ bool CorpusReader::next_jsonl(Document& doc) {
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // bad syntax, or a number out of range
       std::string reason = e.what();
       const size_t tag_end = reason.find("] ");
       if (tag_end != std::string::npos) reason.erase(0, tag_end + 2);
@@ -274,9 +287,10 @@ bool CorpusReader::next_separated(Document& doc) {
 
 bool CorpusReader::next_whole_file(Document& doc) {
   if (line_number_ != 0) return false;  // this file's single document was already read
-  line_number_ = 1;
   std::ostringstream contents;
   contents << stream_.rdbuf();
+  check_stream();
+  line_number_ = 1;
   std::string text = std::move(contents).str();
   bytes_read_ += text.size();
   if (is_blank(text)) {

@@ -6,13 +6,20 @@
 // listed file (symlinks such as fortunes' `*.u8`). Explicitly named files are never skipped:
 // a binary one is an error. Kinds: `.jsonl`/`.ndjson` files hold one JSON record per line;
 // every other file is text, one document per file or one per piece between separator lines.
+// Any file may be compressed with gzip, zstd or xz (compressed_input.h: found by its magic
+// bytes and streamed); its kind is named without the compression suffix ("web.jsonl.zst" is
+// JSON Lines), and a compressed `.json` file is JSON Lines too (Dolma ships `.json.gz`).
+// Folder walks do not skip compressed files as binary.
 #pragma once
 
 #include <cstdint>
-#include <fstream>
+#include <istream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "data/compressed_input.h"
 
 namespace anvil {
 
@@ -26,7 +33,8 @@ struct ResolvedInputs {
 // a pattern without matches, or an explicitly named binary file.
 ResolvedInputs resolve_inputs(const std::vector<std::string>& inputs);
 
-// Returns true for the extensions read as JSON Lines (.jsonl, .ndjson).
+// Returns true for the files read as JSON Lines: .jsonl and .ndjson, compressed or not, and
+// compressed .json (".json.gz").
 bool is_jsonl_path(const std::string& path);
 
 struct CorpusOptions {
@@ -50,7 +58,7 @@ class CorpusReader {
   bool next(Document& doc);
 
   const std::vector<std::string>& files() const { return files_; }
-  // Returns the bytes consumed from the input files so far.
+  // Returns the (decompressed) bytes consumed from the input files so far.
   uint64_t bytes_read() const { return bytes_read_; }
   // Returns the JSONL records skipped as invalid (only with skip_bad_records).
   uint64_t skipped_records() const { return skipped_records_; }
@@ -66,13 +74,16 @@ class CorpusReader {
   bool next_separated(Document& doc);
   bool next_whole_file(Document& doc);
   void reject_record(const std::string& reason);
+  // Throws "[prepare] file:line: ..." when the current file's decompression failed.
+  void check_stream() const;
 
   std::vector<std::string> files_;
   CorpusOptions options_;
   size_t next_file_ = 0;
   size_t current_ = 0;
   bool file_open_ = false;
-  std::ifstream stream_;
+  std::unique_ptr<DecompressingBuffer> buffer_;
+  std::istream stream_{nullptr};
   uint64_t line_number_ = 0;
   uint64_t bytes_read_ = 0;
   uint64_t skipped_records_ = 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -169,8 +170,9 @@ class PrepareRun : public ::testing::Test {
     }
   }
   PrepareSummary run(const std::string& out, int threads,
-                     uint64_t part_tokens = kDefaultPartTokens) {
-    PrepareOptions options = options_for({dir_.path() + "/corpus"}, out);
+                     uint64_t part_tokens = kDefaultPartTokens,
+                     const std::string& corpus = "corpus") {
+    PrepareOptions options = options_for({dir_.path() + "/" + corpus}, out);
     options.doc_separator = "%";
     options.seed = 3;
     options.part_tokens = part_tokens;
@@ -222,6 +224,34 @@ TEST_F(PrepareRun, OutputIsByteIdenticalForAnyThreadCount) {
     ASSERT_GT(reference.size(), kShardHeaderBytes);
     EXPECT_EQ(testing::read_bytes(dir_.path() + "/two/" + shard_file_name(split, 0)), reference);
     EXPECT_EQ(testing::read_bytes(dir_.path() + "/four/" + shard_file_name(split, 0)), reference);
+  }
+}
+
+// The corpus compressed file by file with each tool (names keep their suffix, as corpora
+// ship them) prepares into the same shards, byte for byte.
+TEST_F(PrepareRun, CompressedCorporaGiveByteIdenticalShards) {
+  run(dir_.path() + "/plain", 2);
+  for (const auto& [command, suffix] : {std::pair{"gzip -c", ".gz"}, std::pair{"zstd -q -c", ".zst"},
+                                        std::pair{"xz -c", ".xz"}}) {
+    if (std::system((std::string("echo x | ") + command + " > /dev/null 2>&1").c_str()) != 0) {
+      GTEST_SKIP() << "'" << command << "' is not installed (scripts/install-deps.sh installs it)";
+    }
+    const std::string folder = std::string("corpus") + suffix;
+    fs::create_directories(dir_.path() + "/" + folder);
+    for (const auto& entry : fs::directory_iterator(dir_.path() + "/corpus")) {
+      const std::string to =
+          dir_.path() + "/" + folder + "/" + entry.path().filename().string() + suffix;
+      const std::string line =
+          std::string(command) + " < '" + entry.path().string() + "' > '" + to + "'";
+      ASSERT_EQ(std::system(line.c_str()), 0) << line;
+    }
+    const std::string out = dir_.path() + "/out" + suffix;
+    run(out, 2, kDefaultPartTokens, folder);
+    for (const char* split : kSplitNames) {
+      EXPECT_EQ(testing::read_bytes(out + "/" + shard_file_name(split, 0)),
+                testing::read_bytes(dir_.path() + "/plain/" + shard_file_name(split, 0)))
+          << command << " " << split;
+    }
   }
 }
 
