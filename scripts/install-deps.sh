@@ -9,6 +9,7 @@ packages=(
   libgtest-dev                       # unit tests
   nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev libxxhash-dev
   libpcre2-dev                       # Unicode regex (with JIT) for tokenizer pre-splitting
+  libutf8proc-dev                    # Unicode normalization (NFC, NFD, NFKC, NFKD) for tokenizers
   libcsv-dev                         # CSV parsing of the MMLU benchmark files
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (Event protobufs)
   libisal-dev                        # their CRC32C (ISA-L's crc32_iscsi)
