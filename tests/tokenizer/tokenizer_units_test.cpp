@@ -95,6 +95,9 @@ TEST(UnicodeForms, StrayBytesStayAndSplitRuns) {
   EXPECT_EQ(normalized(std::string("A\0\u030a\0A\u030a", 8), UnicodeForm::kNfc),
             std::string("A\0\u030a\0\u00c5", 7));
   EXPECT_EQ(normalized("plain ASCII \x7f", UnicodeForm::kNfkd), "plain ASCII \x7f");
+  // Unassigned, private-use and noncharacter code points are well-formed and stay as they are.
+  EXPECT_EQ(normalized("\u0378\ue000\ufffe\U0010ffff", UnicodeForm::kNfkc),
+            "\u0378\ue000\ufffe\U0010ffff");
 }
 
 // The tokenizer splits stray bytes out before its normalizer runs, so byte-level BPE behind
