@@ -1,6 +1,9 @@
 // Unit checks of the pieces the parity tests cannot isolate: the byte-level alphabet, UTF-8
 // validation, Unicode normalization, invalid-UTF-8 handling, Meta's Llama 3 pre-split and
 // added-token matching.
+#include <utf8proc.h>
+
+#include <cstdlib>
 #include <random>
 
 #include "core/error.h"
@@ -98,6 +101,46 @@ TEST(UnicodeForms, StrayBytesStayAndSplitRuns) {
   // Unassigned, private-use and noncharacter code points are well-formed and stay as they are.
   EXPECT_EQ(normalized("\u0378\ue000\ufffe\U0010ffff", UnicodeForm::kNfkc),
             "\u0378\ue000\ufffe\U0010ffff");
+}
+
+// normalize_unicode() sends only the pieces between stable code points through utf8proc; the
+// result must equal utf8proc's normalization of the whole text. The pool mixes starters that
+// compose as a second half (Hangul jamo, Indic and Kannada length marks, kana sound marks),
+// marks of several classes, compatibility characters that decompose to marks, and plain text.
+TEST(UnicodeForms, PiecewiseMatchesWholeTextUtf8proc) {
+  const std::vector<std::string> pool = {
+      "a", "e", " ", "\u00e9", "\u0301", "\u0323", "\u0302", "\u0345", "\u1100", "\u1161",
+      "\u11a8", "\uac00", "\uac01", "\u0b47", "\u0b3e", "\u0b57", "\u0cbf", "\u0cd5", "\u0cc6",
+      "\u0cc2", "\u304b", "\u3099", "\uff76", "\uff9e", "\ufb01", "\u2460", "\u00a8", "\u1fed",
+      "\u212b", "\u0958", "\u093c", "\u0915", "\u4e00", "\uf900", "\U00011935", "\U00011930",
+      "\u0f71", "\u0f72", "\u0f77", "\u3131", "\u314f", "\u03b1", "\u0313", "\u1fbf", "\u0000"};
+  std::mt19937 rng(2026);
+  for (auto form : {tok::UnicodeForm::kNfc, tok::UnicodeForm::kNfd, tok::UnicodeForm::kNfkc,
+                    tok::UnicodeForm::kNfkd}) {
+    const int flags = UTF8PROC_STABLE |
+                      (form == tok::UnicodeForm::kNfc || form == tok::UnicodeForm::kNfkc
+                           ? UTF8PROC_COMPOSE
+                           : UTF8PROC_DECOMPOSE) |
+                      (form == tok::UnicodeForm::kNfkc || form == tok::UnicodeForm::kNfkd
+                           ? UTF8PROC_COMPAT
+                           : 0);
+    for (int trial = 0; trial < 2000; ++trial) {
+      std::string text;
+      const int length = 1 + static_cast<int>(rng() % 12);
+      for (int i = 0; i < length; ++i) {
+        const std::string& piece = pool[rng() % pool.size()];
+        text += piece.empty() ? std::string(1, '\0') : piece;
+      }
+      utf8proc_uint8_t* whole = nullptr;
+      const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                  static_cast<utf8proc_ssize_t>(text.size()), &whole,
+                                  static_cast<utf8proc_option_t>(flags));
+      ASSERT_GE(n, 0);
+      const std::string expected(reinterpret_cast<const char*>(whole), static_cast<size_t>(n));
+      std::free(whole);
+      EXPECT_EQ(normalized(text, form), expected) << static_cast<int>(form) << " " << trial;
+    }
+  }
 }
 
 // The tokenizer splits stray bytes out before its normalizer runs, so byte-level BPE behind
