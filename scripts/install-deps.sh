@@ -9,6 +9,7 @@ packages=(
   libgtest-dev                       # unit tests
   nlohmann-json3-dev libcli11-dev libfmt-dev libtomlplusplus-dev libxxhash-dev
   libpcre2-dev                       # Unicode regex (with JIT) for tokenizer pre-splitting
+  libutf8proc-dev                    # Unicode normalization (NFC, NFD, NFKC, NFKD) for tokenizers
   libcsv-dev                         # CSV parsing of the MMLU benchmark files
   zlib1g-dev libzstd-dev liblzma-dev # compressed corpora (.gz, .zst, .xz) for anvil prepare
   gzip zstd xz-utils                 # the tests compress their corpora with these

@@ -18,6 +18,7 @@ packages=(
   libtomlplusplus-dev libtomlplusplus3
   libxxhash-dev libxxhash0
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
+  libutf8proc-dev libutf8proc2
   googletest libgtest-dev libgmock-dev
   libdnnl-dev libdnnl2 ocl-icd-libopencl1
   pkgconf pkgconf-bin libpkgconf3

@@ -4,6 +4,7 @@
 Run with the Python that has `tokenizers` and `tiktoken` (the pyenv python3 on PATH):
 
     python3 tools/tokenizer_fixtures.py [--anvil build-tok/anvil] [--llama3 PATH]
+    python3 tools/tokenizer_fixtures.py --only-normalizers
 
 Every tokenizer is trained here by Hugging Face `tokenizers` on a small corpus made from the
 fortunes package, some Python standard-library source and multilingual samples, then saved in
@@ -18,6 +19,11 @@ the layout of a real model family:
   qwen2_like    byte-level BPE behind an NFC normalizer and Qwen2's split regex (single
                 digits), <|endoftext|> / <|im_start|> / <|im_end|> specials; nfc.expected.json
                 holds strings and their NFC form from Python's unicodedata
+  norm_<form>   a tiny byte-level BPE behind each Unicode normalizer (NFC, NFD, NFKC, NFKD, and
+                a Sequence of NFKD and a nonspacing-mark Replace), with texts that exercise
+                compatibility characters, composition, mark ordering and Hangul; a case whose
+                HF normalization differs from Python's unicodedata (HF's Unicode tables are
+                older) also records the unicodedata-normalized ids under "unicode_gap"
   tiktoken      llama3_like's ranks written as a tiktoken-format tokenizer.model; expected ids
                 from tiktoken.Encoding with the Llama 3 pattern and specials, split the way
                 Meta's Llama 3 tokenizer.encode does (400k-char windows, 25k-char runs)
@@ -310,6 +316,100 @@ def make_qwen2_like(corpus):
     write_hf_expected("qwen2_like", tok, specials, extra)
 
 
+NORMALIZER_TEXTS = [
+    ("ascii", "Hello, world! Plain ASCII never changes."),
+    ("ligatures", "\ufb01nance \ufb02ow o\ufb03ce \ufb00 \ufb06 fine"),
+    ("circled", "\u2460\u2461\u2473 \u2474 \u2488 \u24b6\u24d0 \u3280"),
+    ("fullwidth", "\uff28\uff45\uff4c\uff4c\uff4f\uff0c\uff37\uff4f\uff52\uff4c\uff44\uff01 "
+                  "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19 \uff04\uff05"),
+    ("units", "\u339e \u338f \u337b \u2103 \u2122 \u00bd \u2153 H\u2082O x\u00b2 \u207f \u00aa\u00ba"),
+    ("composed", "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m r\u00e9sum\u00e9 \u00f1 \u1e9b\u0323"),
+    ("decomposed", "cafe\u0301 nai\u0308ve A\u030angstro\u0308m n\u0303 \u017f\u0323\u0307"),
+    ("angstrom_ohm", "\u00c5 A\u030a \u212b \u03a9 \u2126 \u212a K"),
+    ("mark_order", "a\u0302\u0323 a\u0323\u0302 \u1ead Vie\u0302\u0323t x\u0308\u0301\u0327y"),
+    ("leading_mark", "\u0301start \u0308\u0301"),
+    ("hangul", "\ud55c\uad6d\uc5b4 \uc548\ub155\ud558\uc138\uc694 \uac00\u11a8"),
+    ("hangul_jamo", "\u1112\u1161\u11ab\u1100\u116e\u11a8 \u1100\u1161"),
+    ("hangul_compat_jamo", "\u3131\u314f \u3134\u3153\u3139 \u3164"),
+    ("kana", "\uff76\uff9e\uff77\uff9e \uff8a\uff9f \uff71 \u304b\u3099 \u30cf\u309a \u309b"),
+    ("cjk_compat", "\uf900\ufa10 \u2f00\u2f08 \u3300 \u337f"),
+    ("greek", "\u03ac \u0390 \u1fbf \u037e \u0387 \u03b1\u0313\u0301\u0345 \u03d2\u0301"),
+    ("indic", "\u0958 \u0915\u093c \u09c7\u09be \u0b47\u0b3e \u0f73 \u0f71\u0f72"),
+    ("arabic_forms", "\ufefb \ufdfa \ufe8d\ufe92 \ufdf2"),
+    ("math_letters", "\U0001d400\U0001d401\U0001d402 \U0001d518\U0001d52b \u210c \u2115 \u2160\u216b \u217b"),
+    ("spaces", "a\u00a0b\u2003c\u3000d\u2009e \u2024\u2025\u2026 \u2032\u2033"),
+    ("emoji", "\U0001f44d\U0001f3fd \U0001f468\u200d\U0001f469\u200d\U0001f467 \u2764\ufe0f \U0001f1ef\U0001f1f5"),
+    ("added_token", "\ufb01ne fine \ufb01nest, and ne \ufb01ne"),
+    ("empty", ""),
+    # Characters whose decomposition, composition or combining class came after Unicode 9.0,
+    # the data HF's normalizers behave by (they reorder Adlam's 9.0 marks, not U+1DF6 of 10.0):
+    # SQUARE ERA NAME REIWA (12.1), SEGMENTED DIGIT ONE (13.0), MODIFIER LETTER CAPITAL C and
+    # SMALL CAPITAL AA (14.0), the DIVES AKURU vowel sign O pair (13.0), and marks of class 230
+    # or 232 (10.0, 11.0, 13.0) before a dot below (class 220).
+    ("unicode_after_9", "\u32ff \U0001fbf1 \ua7f2 \U00010781 \U00011935\U00011930 "
+                        "a\u1df6\u0323 a\U00010d24\u0323 a\u1ac1\u0323"),
+]
+
+NORMALIZER_SPECS = [
+    ("nfc", {"type": "NFC"}, "NFC"),
+    ("nfd", {"type": "NFD"}, "NFD"),
+    ("nfkc", {"type": "NFKC"}, "NFKC"),
+    ("nfkd", {"type": "NFKD"}, "NFKD"),
+    # Accent stripping as several model families spell it: NFKD, then drop nonspacing marks.
+    ("nfkd_strip", {"type": "Sequence", "normalizers": [
+        {"type": "NFKD"},
+        {"type": "Replace", "pattern": {"Regex": "\\p{Mn}"}, "content": ""}]}, None),
+]
+
+
+def unicodedata_form(form, text):
+    """Returns Python's unicodedata normalization of `text` (Sequence specs pass form None)."""
+    import unicodedata
+    if form is not None:
+        return unicodedata.normalize(form, text)
+    return "".join(c for c in unicodedata.normalize("NFKD", text)
+                   if unicodedata.category(c) != "Mn")
+
+
+def make_normalizer_fixtures():
+    """Writes norm_<form>.tokenizer.json / .expected.json: one tiny byte-level BPE behind each
+    Unicode normalizer, and HF's ids for texts that exercise it. Where HF's normalization of a
+    text differs from Python's unicodedata (HF's Unicode tables are older), the case also holds
+    the ids of the unicodedata-normalized text under `unicode_gap`."""
+    import unicodedata
+    corpus = []
+    for _, text in NORMALIZER_TEXTS:
+        for form in ("NFC", "NFD", "NFKC", "NFKD"):
+            corpus.append(unicodedata.normalize(form, text))
+    base = train_byte_level("\n".join(corpus * 3 + MULTILINGUAL), 600,
+                            pre_tokenizers.ByteLevel(add_prefix_space=False))
+    base.decoder = decoders.ByteLevel()
+    base.post_processor = processors.ByteLevel(trim_offsets=False)
+    base.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
+    base.add_tokens([AddedToken("\ufb01ne", normalized=True)])
+    plain = Tokenizer.from_str(base.to_str())
+    for name, normalizer, form in NORMALIZER_SPECS:
+        spec = json.loads(base.to_str())
+        spec["normalizer"] = normalizer
+        tok = save_tokenizer(f"norm_{name}", spec)
+        cases = []
+        for case_name, text in NORMALIZER_TEXTS:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            ids_special = tok.encode(text, add_special_tokens=True).ids
+            record = case_record(case_name, text, ids, ids_special,
+                                 tok.decode(ids, skip_special_tokens=False))
+            expected = unicodedata_form(form, text)
+            if tok.normalizer.normalize_str(text) != expected:
+                plain.normalizer = None
+                record["unicode_gap"] = {
+                    "unicodedata": unicodedata.unidata_version,
+                    "ids": plain.encode(expected, add_special_tokens=False).ids,
+                    "ids_special": plain.encode(expected, add_special_tokens=True).ids}
+            cases.append(record)
+        write_json(os.path.join(OUT, f"norm_{name}.expected.json"),
+                   {"tokenizer": f"norm_{name}.tokenizer.json", "cases": cases})
+
+
 def make_nfc_cases():
     """Writes strings and their NFC form (Python unicodedata) for anvil's NFC tables."""
     import random
@@ -477,11 +577,17 @@ def main():
     parser.add_argument("--llama3", default=LLAMA3_CACHE, help="Meta Llama 3 tokenizer.model")
     parser.add_argument("--install-llama3", action="store_true",
                         help=f"fetch llama-models from PyPI and extract {LLAMA3_CACHE}")
+    parser.add_argument("--only-normalizers", action="store_true",
+                        help="write only the norm_* fixtures (they need no corpus or training "
+                             "of the others, so the other committed fixtures stay as they are)")
     args = parser.parse_args()
     if args.install_llama3:
         install_llama3()
         return
     os.makedirs(OUT, exist_ok=True)
+    if args.only_normalizers:
+        make_normalizer_fixtures()
+        return
     corpus = build_corpus()
     print(f"corpus: {len(corpus)} characters")
     write_train_corpus(corpus)
@@ -491,6 +597,7 @@ def main():
     make_tiktoken(llama3_spec)
     make_qwen2_like(corpus)
     make_nfc_cases()
+    make_normalizer_fixtures()
     make_error_fixtures()
     make_anvil_trained(args.anvil)
     make_llama3_real(args.llama3)

@@ -71,6 +71,9 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerParts parts) : p_(std::move(parts)) {
     if (token.normalized) {
       std::string pattern = token.content;
       if (p_.normalizer && is_valid_utf8(pattern)) p_.normalizer->normalize(pattern);
+      // HF decodes a normalized added token as its normalized content ("\ufb01ne" as "fine"
+      // behind NFKC), while its id is still looked up by the content as written.
+      p_.id_to_token[token.id] = pattern;
       normalized.push_back(token);
       normalized_patterns.push_back(std::move(pattern));
     } else {

@@ -1,11 +1,12 @@
-// Normalizers: Sequence, Prepend, Replace (string or regex pattern) and NFC. Anything else
-// (Lowercase, NFKC, BertNormalizer, Precompiled, ...) is rejected when the file is loaded.
+// Normalizers: Sequence, Prepend, Replace (string or regex pattern) and the Unicode forms NFC,
+// NFD, NFKC and NFKD. Anything else (Lowercase, StripAccents, BertNormalizer, Precompiled, ...)
+// is rejected when the file is loaded.
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "tokenizer/nfc.h"
 #include "tokenizer/pipeline.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/unicode_forms.h"
 
 namespace anvil::tok {
 namespace {
@@ -57,10 +58,14 @@ class ReplaceNormalizer final : public Normalizer {
   std::string content_;
 };
 
-// Unicode NFC (Qwen2 files). Tables come from Python's unicodedata; see nfc.h.
-class NfcNormalizer final : public Normalizer {
+// A Unicode normalization form (NFC in Qwen2 files; NFKC, NFD, NFKD elsewhere).
+class UnicodeNormalizer final : public Normalizer {
  public:
-  void normalize(std::string& text) const override { nfc_normalize(text); }
+  explicit UnicodeNormalizer(UnicodeForm form) : form_(form) {}
+  void normalize(std::string& text) const override { normalize_unicode(text, form_); }
+
+ private:
+  UnicodeForm form_;
 };
 
 }  // namespace
@@ -110,9 +115,12 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const st
     return std::make_unique<ReplaceNormalizer>(
         hf_pattern_regex(spec.at("pattern"), "Replace", file),
         json_string(spec, "content", "Replace", file), file);
-  if (type == "NFC") return std::make_unique<NfcNormalizer>();
+  if (type == "NFC") return std::make_unique<UnicodeNormalizer>(UnicodeForm::kNfc);
+  if (type == "NFD") return std::make_unique<UnicodeNormalizer>(UnicodeForm::kNfd);
+  if (type == "NFKC") return std::make_unique<UnicodeNormalizer>(UnicodeForm::kNfkc);
+  if (type == "NFKD") return std::make_unique<UnicodeNormalizer>(UnicodeForm::kNfkd);
   ANVIL_FAIL("[tokenizer] {}: unsupported normalizer type '{}' (supported: Sequence, Prepend, "
-             "Replace, NFC)",
+             "Replace, NFC, NFD, NFKC, NFKD)",
              file, type);
 }
 

@@ -1,7 +1,8 @@
 // Parity with the reference libraries: every fixture tokenizer (trained and saved by HF
 // `tokenizers`, or a tiktoken file checked against `tiktoken`) must give exactly the ids the
 // library gave, with and without special tokens, and decode as HF decodes. Byte-level
-// tokenizers must also round-trip every text exactly.
+// tokenizers must also round-trip every text exactly. The norm_* fixtures put one tiny
+// byte-level BPE behind each Unicode normalizer (NFC, NFD, NFKC, NFKD, a Sequence).
 #include <thread>
 
 #include "fixture_util.h"
@@ -35,6 +36,13 @@ TEST_P(FixtureParity, MatchesReferenceIdsAndDecode) {
   ASSERT_GE(expected.cases.size(), 15u);
   for (const test::ExpectedCase& c : expected.cases) {
     const std::vector<int32_t> ids = tokenizer->encode(c.text, false);
+    if (c.gap_ids) {
+      // Characters newer than HF's Unicode tables: pin both sides of the known difference.
+      EXPECT_NE(ids, *c.ids) << c.name << ": HF's older Unicode tables now agree; regenerate";
+      EXPECT_EQ(ids, *c.gap_ids) << c.name << " (no special, unicodedata)";
+      EXPECT_EQ(tokenizer->encode(c.text, true), *c.gap_ids_special) << c.name;
+      continue;
+    }
     expect_ids(c, ids, c.ids, c.ids_len, c.ids_fnv, "no special");
     expect_ids(c, tokenizer->encode(c.text, true), c.ids_special, c.ids_special_len,
                c.ids_special_fnv, "add_special");
@@ -75,6 +83,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureParity,
                                            ParityCase{"sp_like", false},
                                            ParityCase{"sp_metaspace", false},
                                            ParityCase{"qwen2_like", false},  // NFC rewrites
+                                           ParityCase{"norm_nfc", false},
+                                           ParityCase{"norm_nfd", false},
+                                           ParityCase{"norm_nfkc", false},
+                                           ParityCase{"norm_nfkd", false},
+                                           ParityCase{"norm_nfkd_strip", false},
                                            ParityCase{"tiktoken", true},
                                            ParityCase{"anvil_trained", true}),
                          [](const auto& info) { return std::string(info.param.name); });

@@ -49,6 +49,10 @@ struct ExpectedCase {
   size_t ids_special_len = 0;
   std::string ids_special_fnv;
   std::optional<std::string> decoded;
+  // A text whose HF normalization differs from Python's unicodedata because HF's Unicode
+  // tables are older: the ids of the unicodedata-normalized text, which utf8proc matches.
+  std::optional<std::vector<int32_t>> gap_ids;
+  std::optional<std::vector<int32_t>> gap_ids_special;
 };
 
 struct ExpectedFile {
@@ -79,6 +83,10 @@ inline ExpectedFile load_expected(const std::string& name) {
       out.ids_special_fnv = c.at("ids_special_fnv").get<std::string>();
     }
     if (c.contains("decoded")) out.decoded = c["decoded"].get<std::string>();
+    if (c.contains("unicode_gap")) {
+      out.gap_ids = c["unicode_gap"].at("ids").get<std::vector<int32_t>>();
+      out.gap_ids_special = c["unicode_gap"].at("ids_special").get<std::vector<int32_t>>();
+    }
     file.cases.push_back(std::move(out));
   }
   return file;
