@@ -20,6 +20,7 @@
 #include "data/dataset_meta.h"
 #include "data/random.h"
 #include "data/shard_writer.h"
+#include "data/split_parts.h"
 #include "data/staging_folder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,47 +31,6 @@ namespace {
 // A chunk is tokenized in parallel before being written; bounded so memory stays small.
 constexpr size_t kChunkDocuments = 4096;
 constexpr size_t kChunkBytes = size_t{8} << 20;
-
-// The parts of one split: a new part starts when adding a document would pass part_tokens.
-class SplitOutput {
- public:
-  SplitOutput(fs::path dir, std::string split, ShardWriterOptions options, uint64_t part_tokens)
-      : dir_(std::move(dir)),
-        split_(std::move(split)),
-        options_(std::move(options)),
-        part_tokens_(part_tokens) {
-    open_part();
-  }
-
-  void add(std::span<const int32_t> tokens) {
-    if (writer_->token_count() > 0 && writer_->token_count() + tokens.size() > part_tokens_) {
-      writer_->finish();
-      open_part();
-    }
-    writer_->add_document(tokens);
-    summary_.documents += 1;
-    summary_.tokens += tokens.size();
-  }
-
-  SplitSummary finish() {
-    writer_->finish();
-    return summary_;
-  }
-
- private:
-  void open_part() {
-    const std::string name = shard_file_name(split_, static_cast<int>(summary_.files.size()));
-    writer_ = std::make_unique<ShardWriter>((dir_ / name).string(), options_);
-    summary_.files.push_back(name);
-  }
-
-  fs::path dir_;
-  std::string split_;
-  ShardWriterOptions options_;
-  uint64_t part_tokens_;
-  std::unique_ptr<ShardWriter> writer_;
-  SplitSummary summary_;
-};
 
 // Progress on stdout: redrawn in place on a terminal, one line every 10 s otherwise.
 class Progress {
@@ -232,7 +192,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
   shard_options.bos_id = bos.value_or(-1);
   shard_options.eos_id = *eos;
   shard_options.tokenizer_fingerprint = tokenizer.fingerprint();
-  std::vector<SplitOutput> outputs;
+  std::vector<SplitParts> outputs;
   for (const char* split : kSplitNames)
     outputs.emplace_back(staging.path(), split, shard_options, options.part_tokens);
 

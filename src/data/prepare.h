@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "data/shard_format.h"
+#include "data/split_parts.h"
 
 namespace anvil {
 
@@ -33,12 +34,6 @@ struct PrepareOptions {
   uint64_t part_tokens = kDefaultPartTokens;
   bool replace_existing = false;  // --force: replace a non-empty --out
   bool show_progress = true;
-};
-
-struct SplitSummary {
-  uint64_t documents = 0;
-  uint64_t tokens = 0;
-  std::vector<std::string> files;  // shard file names inside out_dir
 };
 
 struct PrepareSummary {

@@ -22,6 +22,7 @@
 #include "data/corpus.h"
 #include "data/dataset_meta.h"
 #include "data/shard_writer.h"
+#include "data/split_parts.h"
 #include "data/sft_records.h"
 #include "data/staging_folder.h"
 #include "tokenizer/tokenizer.h"
@@ -35,12 +36,8 @@ namespace {
 class SftSplitOutput {
  public:
   SftSplitOutput(fs::path dir, std::string split, ShardWriterOptions options, bool hold_last)
-      : dir_(std::move(dir)),
-        split_(std::move(split)),
-        options_(std::move(options)),
-        hold_last_(hold_last) {
-    open_part();
-  }
+      : parts_(std::move(dir), std::move(split), std::move(options), kDefaultPartTokens),
+        hold_last_(hold_last) {}
 
   void add(RenderedChat example) {
     if (!hold_last_) return write(example);
@@ -56,38 +53,18 @@ class SftSplitOutput {
       extra_padding_ += 1;
       write(pending_);
     }
-    writer_->finish();
-    return summary_;
+    return parts_.finish();
   }
 
   uint64_t extra_padding() const { return extra_padding_; }
 
  private:
-  void write(const RenderedChat& example) {
-    if (writer_->token_count() > 0 &&
-        writer_->token_count() + example.tokens.size() > kDefaultPartTokens) {
-      writer_->finish();
-      open_part();
-    }
-    writer_->add_document(example.tokens, example.loss_mask);
-    summary_.documents += 1;
-    summary_.tokens += example.tokens.size();
-  }
+  void write(const RenderedChat& example) { parts_.add(example.tokens, example.loss_mask); }
 
-  void open_part() {
-    const std::string name = shard_file_name(split_, static_cast<int>(summary_.files.size()));
-    writer_ = std::make_unique<ShardWriter>((dir_ / name).string(), options_);
-    summary_.files.push_back(name);
-  }
-
-  fs::path dir_;
-  std::string split_;
-  ShardWriterOptions options_;
+  SplitParts parts_;
   bool hold_last_;
   RenderedChat pending_;
   uint64_t extra_padding_ = 0;
-  std::unique_ptr<ShardWriter> writer_;
-  SplitSummary summary_;
 };
 
 // Renders one record, or returns the reason it is a bad record (render error, over-long).

@@ -101,16 +101,8 @@ void expect_ok(const CommandResult& result) { ASSERT_EQ(result.exit_code, 0) << 
 // Runs `anvil <args>` with stderr sent to `stderr_path`; returns the exit code and stdout.
 CommandResult run_anvil_stdout(const std::string& args,
                                const std::string& stderr_path = "/dev/null") {
-  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>" + stderr_path;
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return test::run_capturing_stdout(std::string(ANVIL_BINARY) + " " + args + " 2>" +
+                                    stderr_path);
 }
 
 // Runs one chat session per prompt and returns how many greedy replies equal the answer.

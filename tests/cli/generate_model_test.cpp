@@ -5,27 +5,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "command_runner.h"
+
 namespace {
 
-struct CommandResult {
-  std::string output;
-  int status;
-};
-
-CommandResult run_command(const std::string& command) {
-  CommandResult result{"", -1};
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> chunk{};
-  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
-  result.status = pclose(pipe);
-  return result;
-}
+using anvil::test::CommandResult;
+using anvil::test::run_shell;
 
 TEST(GenerateCli, HfModelGreedyIdsMatchTransformers) {
   const std::string dir = std::string(ANVIL_TEST_DATA) + "/eval/golden/llama3";
@@ -35,17 +23,17 @@ TEST(GenerateCli, HfModelGreedyIdsMatchTransformers) {
   for (int id : golden.at("greedy_tokens"))
     expected += (expected.empty() ? "" : " ") + std::to_string(id);
   const CommandResult result =
-      run_command(std::string(ANVIL_BINARY) + " generate --model " + dir + " --prompt-ids \"" +
+      run_shell(std::string(ANVIL_BINARY) + " generate --model " + dir + " --prompt-ids \"" +
                   prompt + "\" --print-ids --greedy --max-new-tokens 20 --threads 1");
-  ASSERT_EQ(result.status, 0) << result.output;
+  ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(result.output.substr(0, result.output.find('\n')), expected) << result.output;
 }
 
 TEST(GenerateCli, BadPromptIdsAreOneLineErrors) {
   const std::string dir = std::string(ANVIL_TEST_DATA) + "/eval/golden/llama3";
-  const CommandResult result = run_command(std::string(ANVIL_BINARY) + " generate --model " + dir +
+  const CommandResult result = run_shell(std::string(ANVIL_BINARY) + " generate --model " + dir +
                                            " --prompt-ids \"1 99999\" --print-ids");
-  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.exit_code, 0);
   EXPECT_EQ(result.output,
             "anvil: error: [generate] --prompt-ids: '99999' is not a token id in [0, 320)\n");
 }

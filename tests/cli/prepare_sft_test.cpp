@@ -3,14 +3,13 @@
 // the template and layout, padding flags reach the output, and each bad input (bad record,
 // unknown template, SFT flag without --sft) gives one error line, exit 1 and no output folder.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "command_runner.h"
 #include "data/shard_reader.h"
 #include "data/sft.h"
 #include "tokenizer/tokenizer.h"
@@ -23,23 +22,8 @@ namespace fs = std::filesystem;
 const std::string kTokenizer =
     std::string(ANVIL_TEST_DATA) + "/tokenizer/fixtures/llama3_like.tokenizer.json";
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run_anvil(const std::string& args) {
-  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using Result = test::CommandResult;
+using test::run_anvil;
 
 class Scratch {
  public:

@@ -4,7 +4,6 @@
 // output is byte-identical across --threads, and every bad input gives one error line, exit 1
 // and no output folder.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "command_runner.h"
 #include "data/dataloader.h"
 #include "data/prepare.h"
 #include "data/shard_reader.h"
@@ -29,23 +29,8 @@ const std::vector<std::string> kFortuneFiles = {"fortunes", "debian", "goedel"};
 const std::string kTokenizer =
     std::string(ANVIL_TEST_DATA) + "/tokenizer/fixtures/llama3_like.tokenizer.json";
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run_anvil(const std::string& args) {
-  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using Result = test::CommandResult;
+using test::run_anvil;
 
 class Scratch {
  public:

@@ -1,12 +1,10 @@
-// Helpers for the `anvil train` end-to-end tests: run the built binary and capture its output,
-// make scratch folders, and read metrics.jsonl with the wall-clock fields removed (the only
+// Helpers for the `anvil train` end-to-end tests: run the built binary (command_runner.h), make
+// scratch folders, and read metrics.jsonl with the wall-clock fields removed (the only
 // fields allowed to differ between two runs that train the same steps).
 #pragma once
 
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -14,31 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "command_runner.h"
+
 namespace anvil::testing_support {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs a shell command line and returns its exit code and combined output.
-inline CommandResult run_shell(const std::string& command_line) {
-  const std::string command = command_line + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-// Runs `anvil <args>` through the shell and returns its exit code and combined output.
-inline CommandResult run_anvil(const std::string& args) {
-  return run_shell(std::string(ANVIL_BINARY) + " " + args);
-}
+using test::CommandResult;
+using test::run_anvil;
+using test::run_shell;
 
 // Returns a fresh, empty scratch folder for one test.
 inline std::filesystem::path scratch_dir(const std::string& name) {

@@ -2,32 +2,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "command_runner.h"
+
 namespace anvil::test {
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-inline CommandResult run_anvil(const std::string& args) {
-  const std::string command = std::string(ANVIL_BINARY) + " " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 // Runs a command that must succeed and returns its output.
 inline std::string run_ok(const std::string& args) {
