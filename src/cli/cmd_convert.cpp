@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
 #include "train/config.h"
+#include "train/model_setup.h"
 
 namespace anvil::cli {
 namespace {
@@ -76,28 +77,20 @@ void add_tokenizer_files(const ModelSource& source, HfExportOptions& options) {
   }
 }
 
-// Returns the config.toml of an anvil-format directory; throws for what [model] cannot hold.
+// Returns the config.toml of an anvil-format directory: [model] describes the model (llama3
+// rope scaling included), model.init_from points at the directory.
 std::string anvil_config_toml(const HfModelConfig& config, const fs::path& dir,
                               bool has_tokenizer) {
   const LlamaConfig& llama = config.llama;
-  ANVIL_CHECK(llama.rope_scaling_factor == 0.0f,
-              "[convert] this model uses llama3 rope scaling, which the [model] section of "
-              "config.toml cannot express yet; convert with --format hf instead");
-  const auto shortest = [](float value) { return std::stod(fmt::format("{}", value)); };
   TrainConfig train;
+  train.model = model_section_from(llama);
   ModelConfigSection& model = train.model;
-  model.dim = llama.dim;
-  model.n_layers = llama.n_layers;
-  model.n_heads = llama.n_heads;
-  model.n_kv_heads = llama.n_kv_heads;
-  model.head_dim = llama.head_dim;
-  model.ffn_dim = llama.ffn_dim;
-  model.vocab_size = llama.vocab_size;
-  model.max_seq_len = llama.max_seq_len;
-  model.rope_theta = shortest(llama.rope_theta);
-  model.norm_eps = shortest(llama.norm_eps);
-  model.tie_embeddings = llama.tie_embeddings;
-  model.attention_bias = llama.attention_bias;
+  // [model] holds doubles: each float goes in as its shortest decimal spelling (1e-05 rather
+  // than 9.99999974737875e-06), which reads back as the same float.
+  for (double* value : {&model.rope_theta, &model.norm_eps, &model.rope_scaling_factor,
+                        &model.rope_low_freq_factor, &model.rope_high_freq_factor}) {
+    *value = std::stod(fmt::format("{}", static_cast<float>(*value)));
+  }
   model.init_from = dir.string();
   if (has_tokenizer) train.data.tokenizer = (dir / "tokenizer.json").string();
   train.training.seq_len = std::min<int64_t>(train.training.seq_len, llama.max_seq_len);

@@ -1,8 +1,9 @@
 // Runs a multiple-choice task on a model and aggregates its scores as lm-evaluation-harness
 // does: per doc acc (argmax of the choices' log-likelihoods, the first on ties) and, where
 // the task defines it, acc_norm (argmax of log-likelihood per character of the choice); per
-// subtask the mean; for MMLU also per category and overall, micro (every question weighs the
-// same, the harness's weight_by_size) and macro (the mean of the subjects).
+// subtask the mean; for MMLU also per category (subjects outside MMLU's 57 in the category
+// "custom") and overall, micro (every question weighs the same, the harness's weight_by_size)
+// and macro (the mean of the subjects).
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,8 @@
 // default tasks, so anvil's accuracies compare with published ones:
 //   mmlu            test split, k-shot from the subject's dev split (first k, default 5); the
 //                   subject header, "Question\nA. ..\nD. ..\nAnswer:", choices " A".." D"; acc.
+//                   Subjects outside MMLU's 57 get the same header (underscores as spaces),
+//                   the category "custom" and one warning naming them.
 //   hellaswag       validation; the harness's preprocessing of context and endings; acc,
 //                   acc_norm (log-likelihood per character of the ending).
 //   arc_easy,       "Question: ..\nAnswer:", the answer texts; acc, acc_norm.
@@ -56,7 +58,12 @@ struct TaskLoadOptions {
 // file and line.
 std::vector<TaskDoc> load_task(const TaskLoadOptions& options);
 
-// Returns the MMLU category of a subject: "stem", "humanities", "social_sciences" or "other".
+// The category of MMLU-layout subjects that are not among MMLU's 57 (private exams,
+// translated or CMMLU-style sets): scored with the same prompt, reported as a group of their own.
+inline constexpr const char* kMmluCustomCategory = "custom";
+
+// Returns the MMLU category of a subject: "stem", "humanities", "social_sciences", "other", or
+// kMmluCustomCategory for a subject not among MMLU's 57.
 std::string mmlu_category(const std::string& subject);
 
 // Python's str.strip() and str.rstrip() for UTF-8 text (the Unicode whitespace set).

@@ -1,5 +1,6 @@
 // Sharded checkpoint files (see sharded_checkpoint.h). Readers map files (SafetensorsFile is
-// zero-copy), so a rank that needs a slice of a tensor touches only that slice's pages.
+// zero-copy), so a rank that needs a slice of a tensor touches only that slice's pages; each
+// optimizer file is mapped once per load, its metadata (offsets, tp position, step) read then.
 #include "parallel/sharded_checkpoint.h"
 
 #include <fmt/format.h>
@@ -48,19 +49,66 @@ int64_t metadata_int(const SafetensorsFile& file, const std::filesystem::path& p
   return value;
 }
 
-std::vector<std::filesystem::path> optimizer_files(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
+// One optimizer file of a checkpoint folder, mapped once, with what its metadata says.
+struct OptimizerFile {
+  SafetensorsFile file;
+  nlohmann::json offsets = nlohmann::json::object();  // "<g>" -> first element (absent: 0)
+  int64_t tp_size = 1;
+  int64_t tp_index = 0;
+  int64_t step = 0;
+};
+
+// Reads the "step" metadata, which every optimizer file must have.
+int64_t step_metadata(const SafetensorsFile& file) {
+  const std::string path = file.path().string();
+  const auto it = file.metadata().find("step");
+  ANVIL_CHECK(it != file.metadata().end(), "[checkpoint] {}: no 'step' metadata", path);
+  int64_t value = 0;
+  const std::string& text = it->second;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  ANVIL_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 0,
+              "[checkpoint] {}: 'step' metadata '{}' is not a step count", path, text);
+  return value;
+}
+
+// Maps every optimizer*.safetensors file of `dir` (in name order) and reads its metadata.
+std::vector<OptimizerFile> open_optimizer_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> paths;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (name.starts_with("optimizer") && name.ends_with(".safetensors")) {
-      files.push_back(entry.path());
+      paths.push_back(entry.path());
     }
   }
   ANVIL_CHECK(!error, "[checkpoint] {}: cannot list the folder ({})", dir.string(),
               error.message());
-  ANVIL_CHECK(!files.empty(), "[checkpoint] {}: no optimizer*.safetensors file", dir.string());
-  std::sort(files.begin(), files.end());
+  ANVIL_CHECK(!paths.empty(), "[checkpoint] {}: no optimizer*.safetensors file", dir.string());
+  std::sort(paths.begin(), paths.end());
+  std::vector<OptimizerFile> files;
+  for (const std::filesystem::path& path : paths) {
+    OptimizerFile f{SafetensorsFile::open(path)};
+    const auto& metadata = f.file.metadata();
+    if (const auto it = metadata.find(kShardOffsetsKey); it != metadata.end()) {
+      try {
+        f.offsets = nlohmann::json::parse(it->second);
+      } catch (const nlohmann::json::exception& e) {
+        ANVIL_FAIL("[checkpoint] {}: metadata '{}' is not JSON ({})", path.string(),
+                   kShardOffsetsKey, e.what());
+      }
+    }
+    // The file holds part of one tp rank's shard, in that tp size's layout.
+    f.tp_size = metadata_int(f.file, path, kTpSizeKey, 1);
+    f.tp_index = metadata_int(f.file, path, kTpIndexKey, 0);
+    ANVIL_CHECK(f.tp_size >= 1 && f.tp_index >= 0 && f.tp_index < f.tp_size,
+                "[checkpoint] {}: tp rank {} of {} is not a tensor-parallel position",
+                path.string(), f.tp_index, f.tp_size);
+    f.step = step_metadata(f.file);
+    ANVIL_CHECK(files.empty() || files.front().step == f.step,
+                "[checkpoint] {}: optimizer files disagree on the step ({} and {})",
+                dir.string(), files.front().step, f.step);
+    files.push_back(std::move(f));
+  }
   return files;
 }
 
@@ -228,33 +276,20 @@ void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::pa
   }
   std::map<int, std::shared_ptr<const ParameterLayout>> layouts_at_tp;
   std::vector<std::array<int64_t, 2>> found(static_cast<size_t>(plan.group_count()), {0, 0});
-  for (const std::filesystem::path& path : optimizer_files(dir)) {
-    const SafetensorsFile file = SafetensorsFile::open(path);
-    nlohmann::json offsets = nlohmann::json::object();
-    if (const auto it = file.metadata().find(kShardOffsetsKey); it != file.metadata().end()) {
-      try {
-        offsets = nlohmann::json::parse(it->second);
-      } catch (const nlohmann::json::exception& e) {
-        ANVIL_FAIL("[checkpoint] {}: metadata '{}' is not JSON ({})", path.string(),
-                   kShardOffsetsKey, e.what());
-      }
-    }
-    // The file holds part of one tp rank's shard, in that tp size's layout.
-    const int64_t file_tp = metadata_int(file, path, kTpSizeKey, 1);
-    const int64_t file_tp_rank = metadata_int(file, path, kTpIndexKey, 0);
-    ANVIL_CHECK(file_tp >= 1 && file_tp_rank >= 0 && file_tp_rank < file_tp,
-                "[checkpoint] {}: tp rank {} of {} is not a tensor-parallel position",
-                path.string(), file_tp_rank, file_tp);
-    std::shared_ptr<const ParameterLayout>& file_layout = layouts_at_tp[static_cast<int>(file_tp)];
-    if (!file_layout) file_layout = engine.trainable_layout_at_tp(static_cast<int>(file_tp));
-    for (const SafetensorsEntry& entry : file.entries()) {
+  const std::vector<OptimizerFile> files = open_optimizer_files(dir);
+  for (const OptimizerFile& f : files) {
+    const std::filesystem::path& path = f.file.path();
+    std::shared_ptr<const ParameterLayout>& file_layout =
+        layouts_at_tp[static_cast<int>(f.tp_size)];
+    if (!file_layout) file_layout = engine.trainable_layout_at_tp(static_cast<int>(f.tp_size));
+    for (const SafetensorsEntry& entry : f.file.entries()) {
       int which = 0, group = 0;
       if (!parse_moment_name(entry.name, which, group)) continue;
       ANVIL_CHECK(group < plan.group_count(), "[checkpoint] {}: tensor '{}' names group {} but "
                   "the model has {} groups", path.string(), entry.name, group, plan.group_count());
       ANVIL_CHECK(entry.dtype == "F32", "[checkpoint] {}: tensor '{}' is {}, expected F32",
                   path.string(), entry.name, entry.dtype);
-      const int64_t offset = offsets.value(std::to_string(group), int64_t{0});
+      const int64_t offset = f.offsets.value(std::to_string(group), int64_t{0});
       ANVIL_CHECK(offset >= 0 && offset + entry.numel() <= file_layout->group_numel(group),
                   "[checkpoint] {}: tensor '{}' covers elements [{}, {}) of a group of {}",
                   path.string(), entry.name, offset, offset + entry.numel(),
@@ -265,13 +300,13 @@ void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::pa
       for (const size_t p : params_of[static_cast<size_t>(group)]) {
         const ParameterInfo& fp = full.params()[p];
         // Every tp rank holds a replicated parameter; tp rank 0's copy is the one read.
-        if (fp.split_dim < 0 && file_tp_rank != 0) continue;
+        if (fp.split_dim < 0 && f.tp_index != 0) continue;
         const int64_t mine = layout.params()[p].offset;
         const int64_t theirs = file_layout->params()[p].offset;
         for (const TpOverlap& o :
              tp_overlaps(tp_runs(fp.shape, fp.split_dim, tp, tp_rank),
-                         tp_runs(fp.shape, fp.split_dim, static_cast<int>(file_tp),
-                                 static_cast<int>(file_tp_rank)))) {
+                         tp_runs(fp.shape, fp.split_dim, static_cast<int>(f.tp_size),
+                                 static_cast<int>(f.tp_index)))) {
           // Clip the run to this rank's shard and to the elements the file holds.
           const int64_t first = std::max({int64_t{0}, s.shard_begin - (mine + o.a),
                                           offset - (theirs + o.b)});
@@ -296,7 +331,7 @@ void read_engine_optimizer(DataParallelEngine& engine, const std::filesystem::pa
                   dir.string(), got, needed[static_cast<size_t>(g)], which == 0 ? "m" : "v", g);
     }
   }
-  engine.set_optimizer_steps(checkpoint_optimizer_step(dir));
+  engine.set_optimizer_steps(files.front().step);
 }
 
 void write_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::path& dir) {
@@ -310,22 +345,7 @@ void read_engine_checkpoint(DataParallelEngine& engine, const std::filesystem::p
 }
 
 int64_t checkpoint_optimizer_step(const std::filesystem::path& dir) {
-  int64_t step = -1;
-  for (const std::filesystem::path& path : optimizer_files(dir)) {
-    const SafetensorsFile file = SafetensorsFile::open(path);
-    const auto it = file.metadata().find("step");
-    ANVIL_CHECK(it != file.metadata().end(), "[checkpoint] {}: no 'step' metadata", path.string());
-    int64_t value = 0;
-    const std::string& text = it->second;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    ANVIL_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 0,
-                "[checkpoint] {}: 'step' metadata '{}' is not a step count", path.string(),
-                it->second);
-    ANVIL_CHECK(step < 0 || step == value, "[checkpoint] {}: optimizer files disagree on the step "
-                "({} and {})", dir.string(), step, value);
-    step = value;
-  }
-  return step;
+  return open_optimizer_files(dir).front().step;
 }
 
 }  // namespace anvil

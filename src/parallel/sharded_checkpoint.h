@@ -7,7 +7,7 @@
 //                                   group g the shard holds; metadata "shard_offsets" (JSON
 //                                   {"<g>": first element}) and "step"
 // dp replicas hold identical state and write nothing twice. Loading works for any world size
-// and stage: each rank maps every optimizer file and copies the slices that overlap what it
+// and stage: each rank maps every optimizer file once and copies the slices that overlap what it
 // holds (its shard, or everything), and checks that every element was found exactly once. A
 // file without "shard_offsets" is read as offset 0 (the one-process trainer's format).
 #pragma once

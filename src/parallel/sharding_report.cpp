@@ -103,6 +103,27 @@ void describe_layout(const ParameterLayout& layout, const ParameterLayout& full,
   }
 }
 
+// Returns `rows` (the first is the header) as lines indented by two spaces, every column as
+// wide as its widest cell: the first `left_columns` left-aligned, the rest right-aligned.
+std::string aligned_table(const std::vector<std::vector<std::string>>& rows,
+                          size_t left_columns) {
+  std::vector<size_t> widths;
+  for (const std::vector<std::string>& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string text;
+  for (const std::vector<std::string>& row : rows) {
+    text += " ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      text += c < left_columns ? fmt::format(" {:<{}}", row[c], widths[c])
+                               : fmt::format(" {:>{}}", row[c], widths[c]);
+    }
+    text += "\n";
+  }
+  return text;
+}
+
 std::string mib(int64_t bytes) {
   return fmt::format("{:.2f}", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
@@ -134,12 +155,7 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
                          {"cp", mesh.shape().cp},
                          {"zero_stage", stage}};
   report.json["tensors"] = nlohmann::json::array();
-  size_t width = 6;
-  for (const TensorRow& row : rows) {
-    report.json["tensors"].push_back(row.json);
-    width = std::max(width, row.name.size());
-  }
-  width = std::min<size_t>(width, 28);  // rows fit 80 columns
+  for (const TensorRow& row : rows) report.json["tensors"].push_back(row.json);
   // As PEFT's print_trainable_parameters: the adapters count towards all parameters.
   const int64_t trainable = model.full_trainable_layout().total_params();
   const int64_t everything =
@@ -150,14 +166,14 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
   report.text += fmt::format("sharding: {}\n", mesh.describe());
   report.text += "  (here: rank 0's part; fsdp: w/g/o = weights/gradients/optimizer state\n"
                  "  split over fsdp; tp: the dimension tensor parallelism cuts; - for none)\n";
-  report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9} {:>4}\n", "tensor", width,
-                             "global", "here", "dtype", "kind", "fsdp", "tp");
+  std::vector<std::vector<std::string>> tensor_table = {
+      {"tensor", "global", "here", "dtype", "kind", "fsdp", "tp"}};
   for (const TensorRow& row : rows) {
     if (row.name.empty()) continue;  // a later layer: the same as layer 0
-    report.text += fmt::format("  {:<{}} {:>10} {:>10} {:>5} {:>6} {:>9} {:>4}\n", row.name,
-                               width, row.cells[0], row.cells[1], row.cells[2], row.cells[3],
-                               row.cells[4], row.cells[5]);
+    tensor_table.push_back({row.name});
+    tensor_table.back().insert(tensor_table.back().end(), row.cells.begin(), row.cells.end());
   }
+  report.text += aligned_table(tensor_table, 1);
 
   // Per rank: the current bytes by category, their total, the category peaks and the peak
   // total, as the rank's backend measured them (DataParallelEngine::memory).
@@ -165,9 +181,8 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
   report.json["memory_per_rank"] = nlohmann::json::array();
   report.text += "memory per rank, MiB (measured: what each rank's backend holds now, and its "
                  "peak so far):\n";
-  report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
-                             "rank", "frozen", "train-w", "grads", "optim", "activ", "comm",
-                             "work", "total", "peak");
+  std::vector<std::vector<std::string>> memory_table = {
+      {"rank", "frozen", "train-w", "grads", "optim", "activ", "comm", "work", "total", "peak"}};
   for (size_t r = 0; r < all.size(); ++r) {
     const MemorySnapshot& m = all[r];
     nlohmann::json entry = {{"rank", r}};
@@ -181,10 +196,10 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
     entry["peak"] = std::move(peak);
     report.json["memory_per_rank"].push_back(entry);
     const MemoryByCategory& v = m.current;
-    report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
-                               r, mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]), mib(v[4]),
-                               mib(v[5]), mib(v[6]), mib(m.total), mib(m.total_peak));
+    memory_table.push_back({std::to_string(r), mib(v[0]), mib(v[1]), mib(v[2]), mib(v[3]),
+                            mib(v[4]), mib(v[5]), mib(v[6]), mib(m.total), mib(m.total_peak)});
   }
+  report.text += aligned_table(memory_table, 0);
   if (engine.offloaded()) {
     // The offloaded optimizer's host memory (parallel.offload): f32 masters, gradient copies
     // and AdamW moments of each rank's shard, which the device figures above no longer hold.
@@ -192,8 +207,8 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
         all_gather_memory(mesh.world(), engine.host_memory());
     report.json["host_memory_per_rank"] = nlohmann::json::array();
     report.text += "host memory per rank, MiB (optimizer offload):\n";
-    report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>8}\n", "rank", "master", "grads",
-                               "optim", "total");
+    std::vector<std::vector<std::string>> host_table = {
+        {"rank", "master", "grads", "optim", "total"}};
     for (size_t r = 0; r < host_all.size(); ++r) {
       const MemorySnapshot& m = host_all[r];
       nlohmann::json entry = {{"rank", r}};
@@ -201,12 +216,12 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
         entry[std::string(kMemoryCategoryNames[c])] = m.current[c];
       entry["total"] = m.total;
       report.json["host_memory_per_rank"].push_back(entry);
-      report.text += fmt::format("  {:>4} {:>7} {:>7} {:>7} {:>8}\n", r,
-                                 mib(m.current_of(MemoryCategory::trainable_weights)),
-                                 mib(m.current_of(MemoryCategory::gradients)),
-                                 mib(m.current_of(MemoryCategory::optimizer_state)),
-                                 mib(m.total));
+      host_table.push_back({std::to_string(r),
+                            mib(m.current_of(MemoryCategory::trainable_weights)),
+                            mib(m.current_of(MemoryCategory::gradients)),
+                            mib(m.current_of(MemoryCategory::optimizer_state)), mib(m.total)});
     }
+    report.text += aligned_table(host_table, 0);
   }
   if (!report.text.empty() && report.text.back() == '\n') report.text.pop_back();
   return report;

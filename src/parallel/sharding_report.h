@@ -16,7 +16,8 @@ namespace anvil {
 
 struct ShardingReport {
   nlohmann::json json;  // {"mesh", "parameters", "tensors": [...], "memory_per_rank": [...]}
-  std::string text;     // the same, on 80 columns: one row per tensor kind, one per rank
+  std::string text;     // the same as tables (one row per tensor kind, one per rank) whose
+                        // columns are as wide as their widest cell
 };
 
 // Builds the report; collective over the world (every rank's memory is gathered). The

@@ -1,11 +1,14 @@
 // Benchmark tasks: the (context, continuation) pairs anvil builds equal those lm-evaluation-
 // harness 0.4.13 builds for the same documents (tests/eval/golden/lm_eval_prompts.json, made
 // by bench/make_eval_fixture.py with the harness's own task code); MMLU reads the same from CSV
-// and JSON Lines; bad files fail with the file and line; and on the bigram model, whose
+// and JSON Lines; subjects outside MMLU's 57 get the same prompt, their own category and one
+// warning; bad files fail with the file and line; and on the bigram model, whose
 // log-likelihoods are known in closed form, every score and accuracy comes out as computed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "eval/task_eval.h"
 #include "eval/tasks.h"
@@ -117,6 +120,111 @@ TEST(Tasks, MmluCsvKeepsSpacesAroundUnquotedFields) {
       << from_csv[0].pairs[0].first;
 }
 
+// Returns the fixture's MMLU entry with the most few-shot examples.
+nlohmann::json mmlu_fixture_entry() {
+  const nlohmann::json fixture = harness_fixture();
+  nlohmann::json best;
+  for (const nlohmann::json& entry : fixture["tasks"]) {
+    if (entry["task"] != "mmlu") continue;
+    if (best.is_null() || entry["num_fewshot"] > best["num_fewshot"]) best = entry;
+  }
+  return best;
+}
+
+// Writes `entry`'s questions as subject `subject` in both layouts under `dir`/csv and
+// `dir`/jsonl.
+void write_mmlu_subject(const std::filesystem::path& dir, const nlohmann::json& entry,
+                        const std::string& subject) {
+  nlohmann::json docs = entry["docs"], shots = entry["fewshot_docs"];
+  for (nlohmann::json* list : {&docs, &shots}) {
+    for (nlohmann::json& doc : *list) doc["subject"] = subject;
+  }
+  write_text(dir / "csv" / "test" / (subject + "_test.csv"), mmlu_csv(docs));
+  write_text(dir / "csv" / "dev" / (subject + "_dev.csv"), mmlu_csv(shots));
+  std::ofstream(dir / "jsonl" / "test.jsonl", std::ios::app) << json_lines(docs);
+  std::ofstream(dir / "jsonl" / "dev.jsonl", std::ios::app) << json_lines(shots);
+}
+
+// A subject outside MMLU's 57 gets the harness's MMLU prompt: its own name with spaces in the
+// header, then the same shots and question as any subject.
+TEST(Tasks, MmluSubjectsOutsideTheFiftySevenUseTheHarnessPrompt) {
+  const nlohmann::json entry = mmlu_fixture_entry();
+  const std::string subject = entry["subject"];
+  const std::string header = "The following are multiple choice questions (with answers) about ";
+  std::string spaced = subject;
+  std::replace(spaced.begin(), spaced.end(), '_', ' ');
+  nlohmann::json want = entry;
+  for (nlohmann::json& request : want["requests"]) {
+    for (nlohmann::json& pair : request["pairs"]) {
+      std::string context = pair[0];
+      ASSERT_TRUE(context.starts_with(header + spaced + ".\n\n")) << context;
+      pair[0] = header + "tax law of 2024" + context.substr(header.size() + spaced.size());
+    }
+  }
+  TempDir dir;
+  std::filesystem::create_directories(dir / "jsonl");
+  write_mmlu_subject(dir.path(), entry, "tax_law_of_2024");
+  for (const char* layout : {"csv", "jsonl"}) {
+    const std::vector<TaskDoc> docs =
+        load_task({"mmlu", dir / layout, entry["num_fewshot"].get<int>(), 0});
+    expect_harness_pairs(want, docs, layout);
+    for (const TaskDoc& doc : docs) EXPECT_EQ(doc.subtask, "mmlu_tax_law_of_2024");
+  }
+}
+
+// Subjects outside the 57 form the category "custom" beside the known subjects' categories,
+// and reading them warns once, naming each of them and none of the known ones.
+TEST(Tasks, MmluSubjectsOutsideTheFiftySevenAreTheirOwnCategory) {
+  const nlohmann::json entry = mmlu_fixture_entry();
+  const std::string known = entry["subject"];
+  TempDir dir;
+  std::filesystem::create_directories(dir / "jsonl");
+  for (const char* subject : {"contract_law", "tax_law"}) {
+    write_mmlu_subject(dir.path(), entry, subject);
+  }
+  write_mmlu_subject(dir.path(), entry, known);
+  const TaskLoadOptions load{"mmlu", dir / "jsonl", entry["num_fewshot"].get<int>(), 0};
+  ::testing::internal::CaptureStderr();
+  const std::vector<TaskDoc> docs = load_task(load);
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(warnings.begin(), warnings.end(), '\n'), 1) << warnings;
+  EXPECT_NE(warnings.find("subjects not among MMLU's 57 (2 of 3): contract_law, tax_law;"),
+            std::string::npos)
+      << warnings;
+  EXPECT_EQ(warnings.find(known), std::string::npos) << warnings;
+
+  const std::unique_ptr<Tokenizer> tokenizer =
+      Tokenizer::load((golden_dir("llama3") / "tokenizer.json").string());
+  auto backend = make_backend("cpu");
+  const LlamaConfig config = scorer_config(tokenizer->vocab_size(), 16, 512);
+  ModelOptions options;
+  options.max_batch = 4;
+  options.max_seq = 64;
+  const auto model =
+      make_bigram_model(*backend, config, bigram_table(config.dim, config.vocab_size, 8), options);
+  const TaskScores scores =
+      evaluate_task(*model, *tokenizer, find_task("mmlu"), load.shots, docs, TaskEvalOptions{});
+  int64_t custom_items = 0;
+  double custom_correct = 0;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    if (docs[d].subtask == "mmlu_" + known) continue;
+    ++custom_items;
+    custom_correct += scores.docs[d].acc ? 1 : 0;
+  }
+  ASSERT_EQ(custom_items, 2 * static_cast<int64_t>(entry["docs"].size()));
+  std::map<std::string, ScoreGroup> categories;
+  for (const ScoreGroup& group : scores.categories) categories[group.name] = group;
+  ASSERT_EQ(categories.size(), 2u);
+  ASSERT_TRUE(categories.contains("custom"));
+  EXPECT_EQ(categories["custom"].items, custom_items);
+  EXPECT_DOUBLE_EQ(categories["custom"].acc, custom_correct / static_cast<double>(custom_items));
+  ASSERT_TRUE(categories.contains(mmlu_category(known)));
+  EXPECT_EQ(categories[mmlu_category(known)].items, static_cast<int64_t>(entry["docs"].size()));
+  const nlohmann::json summary = task_scores_json(scores);
+  EXPECT_EQ(summary["categories"]["custom"]["items"], custom_items);
+  EXPECT_NE(task_scores_table(scores).find("| category custom | "), std::string::npos);
+}
+
 TEST(Tasks, LimitKeepsTheFirstDocsOfEachSubtask) {
   const nlohmann::json fixture = harness_fixture();
   for (const nlohmann::json& entry : fixture["tasks"]) {
@@ -163,9 +271,11 @@ TEST(Tasks, BadFilesFailNamingTheFileAndLine) {
   write_text(dir / "shots" / "test" / "anatomy_test.csv", good);
   expect_load_error({"mmlu", dir / "shots", 5, 0},
                     {"anatomy_test.csv", "2 dev questions, fewer than the 5 shots"});
-  write_text(dir / "subject" / "dev" / "cooking_dev.csv", good);
-  write_text(dir / "subject" / "test" / "cooking_test.csv", good);
-  expect_load_error({"mmlu", dir / "subject", 0, 0}, {"'cooking' is not one of MMLU's 57"});
+  write_text(dir / "subject" / "dev.jsonl", R"({"subject": "", "question": "q", )"
+                                           R"("choices": ["a", "b", "c", "d"], "answer": 0})" "\n");
+  write_text(dir / "subject" / "test.jsonl", R"({"subject": "", "question": "q", )"
+                                            R"("choices": ["a", "b", "c", "d"], "answer": 0})" "\n");
+  expect_load_error({"mmlu", dir / "subject", 0, 0}, {"dev.jsonl:1", "field 'subject' is empty"});
   expect_load_error({"mmlu", dir / "missing", 0, 0}, {"missing", "not a directory"});
 
   write_text(dir / "piqa.jsonl", R"({"goal": "g", "sol1": "a", "sol2": "b", "label": 0})"

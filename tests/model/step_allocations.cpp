@@ -2,14 +2,17 @@
 // its relatives process-wide (this binary only, and never in sanitizer builds, which replace
 // them too). Checks: after warm-up, a step (forward, backward, AdamW over every group, the
 // gradient norm and the finite check) makes no heap allocation of 1 KiB or more and leaves
-// live heap bytes unchanged, in f32 and bf16, with and without activation checkpointing; and
+// live heap bytes unchanged, in f32 and bf16, with and without activation checkpointing, on
+// the process's OpenMP thread count and on one thread (libgomp allocates a team for every
+// parallel region that runs on one thread, so the ops must not enter one then); and
 // checkpointing lowers the peak heap of building the model and running a step. With the
 // OpenBLAS GEMM (AVX2 and generic tables) a step makes no allocation at all; with oneDNN's
 // (AVX-512) the only small ones left are its per-execution bookkeeping (a few tens of bytes
 // each, freed before the call returns), which its API offers no way to avoid. CTest runs this
-// binary under every kernel table the CPU supports.
+// binary under every kernel table the CPU supports and again with OMP_NUM_THREADS=1.
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <omp.h>
 
 #include <atomic>
 #include <cstdio>
@@ -155,27 +158,37 @@ struct Trainer {
 };
 
 TEST(StepAllocations, SteadyStateStepsAllocateNothingLarge) {
-  auto backend = make_backend("cpu");
-  for (DType compute : {DType::f32, DType::bf16}) {
-    for (bool checkpointing : {false, true}) {
-      Trainer trainer(*backend, compute, checkpointing);
-      trainer.train_step();  // first use: primitive cache, rope table, scratch buffers, threads
-      trainer.train_step();
-      const int64_t live = g_live_bytes.load(), small = g_small_allocations.load();
-      const int64_t large = g_large_allocations.load();
-      trainer.train_step();
-      const int64_t new_large = g_large_allocations.load() - large;
-      const int64_t new_small = g_small_allocations.load() - small;
-      const int64_t live_change = g_live_bytes.load() - live;
-      std::printf("[alloc] %s%s step: %lld allocations >= 1 KiB, %lld smaller, live heap change "
-                  "%lld bytes\n",
-                  std::string(dtype_name(compute)).c_str(),
-                  checkpointing ? " checkpointed" : "", static_cast<long long>(new_large),
-                  static_cast<long long>(new_small), static_cast<long long>(live_change));
-      EXPECT_EQ(new_large, 0) << dtype_name(compute) << " checkpointing " << checkpointing;
-      EXPECT_EQ(live_change, 0) << dtype_name(compute) << " checkpointing " << checkpointing;
+  const int process_threads = omp_get_max_threads();
+  std::vector<int> thread_counts = {process_threads};
+  if (process_threads > 1) thread_counts.push_back(1);
+  for (const int threads : thread_counts) {
+    omp_set_num_threads(threads);
+    auto backend = make_backend("cpu");
+    for (DType compute : {DType::f32, DType::bf16}) {
+      for (bool checkpointing : {false, true}) {
+        Trainer trainer(*backend, compute, checkpointing);
+        trainer.train_step();  // first use: primitive cache, rope table, scratch buffers, threads
+        trainer.train_step();
+        const int64_t live = g_live_bytes.load(), small = g_small_allocations.load();
+        const int64_t large = g_large_allocations.load();
+        trainer.train_step();
+        const int64_t new_large = g_large_allocations.load() - large;
+        const int64_t new_small = g_small_allocations.load() - small;
+        const int64_t live_change = g_live_bytes.load() - live;
+        std::printf("[alloc] %s%s step on %d thread%s: %lld allocations >= 1 KiB, %lld smaller, "
+                    "live heap change %lld bytes\n",
+                    std::string(dtype_name(compute)).c_str(),
+                    checkpointing ? " checkpointed" : "", threads, threads == 1 ? "" : "s",
+                    static_cast<long long>(new_large), static_cast<long long>(new_small),
+                    static_cast<long long>(live_change));
+        EXPECT_EQ(new_large, 0) << dtype_name(compute) << " checkpointing " << checkpointing
+                                << " threads " << threads;
+        EXPECT_EQ(live_change, 0) << dtype_name(compute) << " checkpointing " << checkpointing
+                                  << " threads " << threads;
+      }
     }
   }
+  omp_set_num_threads(process_threads);
 }
 
 TEST(StepAllocations, CheckpointingLowersPeakMemory) {

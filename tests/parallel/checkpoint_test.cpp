@@ -1,9 +1,14 @@
 // Sharded checkpoint files in one process: a stage-0 checkpoint reloads into stage 3 and both
-// continue identically; files in the one-process trainer's format (no shard offsets) load;
-// missing optimizer state is a clear error.
+// continue identically; loading opens each file once (counted by the kernel through inotify);
+// files in the one-process trainer's format (no shard offsets) load; missing optimizer state
+// is a clear error.
 #include <gtest/gtest.h>
+#include <sys/inotify.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <cstring>
+#include <map>
 
 #include "io/safetensors.h"
 #include "parallel/sharded_checkpoint.h"
@@ -44,6 +49,65 @@ TEST(ShardedCheckpoint, StageZeroCheckpointContinuesUnderStageThree) {
   const Curve got = ptest::run_steps(reader, 5, 10);
   EXPECT_EQ(got.loss_bits, want.loss_bits);
   EXPECT_TRUE(ptest::same_bits(reader.all_weights(), writer.all_weights()));
+}
+
+// Counts the opens of the files of one folder as the kernel reports them (inotify), so a test
+// sees how often a reader opens each file without a hook in the code under test. Closes are
+// watched too: inotify merges an event into an identical one still unread, and a close
+// between two opens keeps them apart.
+class OpenCounter {
+ public:
+  explicit OpenCounter(const std::filesystem::path& dir)
+      : fd_(inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
+    if (fd_ >= 0 && inotify_add_watch(fd_, dir.c_str(), IN_OPEN | IN_CLOSE) < 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~OpenCounter() {
+    if (fd_ >= 0) close(fd_);
+  }
+  OpenCounter(const OpenCounter&) = delete;
+  OpenCounter& operator=(const OpenCounter&) = delete;
+
+  bool watching() const { return fd_ >= 0; }
+
+  // Returns file name -> opens since the last call.
+  std::map<std::string, int> opens() {
+    std::map<std::string, int> counts;
+    alignas(inotify_event) char buffer[8192];
+    for (ssize_t n; (n = read(fd_, buffer, sizeof(buffer))) > 0;) {
+      for (ssize_t at = 0; at < n;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
+        if (event->len > 0 && (event->mask & IN_OPEN) != 0) ++counts[event->name];
+        at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+      }
+    }
+    return counts;
+  }
+
+ private:
+  int fd_;
+};
+
+TEST(ShardedCheckpoint, LoadingOpensEachFileOnce) {
+  auto comm = make_single_process_communicator();
+  RunSpec spec;
+  Harness writer(*comm, spec);
+  writer.engine().init_weights(spec.seed);
+  ptest::run_steps(writer, 0, 2);
+  const std::filesystem::path dir = fresh_dir("opens");
+  write_engine_checkpoint(writer.engine(), dir);
+  Harness reader(*comm, spec);
+  OpenCounter counter(dir);
+  if (!counter.watching()) GTEST_SKIP() << "inotify is not available here: " << strerror(errno);
+  counter.opens();
+  read_engine_checkpoint(reader.engine(), dir);
+  const std::map<std::string, int> opens = counter.opens();
+  const std::map<std::string, int> once = {{"model.safetensors", 1},
+                                           {"optimizer.safetensors", 1}};
+  EXPECT_EQ(opens, once);
+  EXPECT_EQ(reader.engine().optimizer_steps(), 2);
 }
 
 TEST(ShardedCheckpoint, ReadsFilesWithoutShardOffsets) {

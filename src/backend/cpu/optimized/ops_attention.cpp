@@ -13,6 +13,7 @@
 #include <initializer_list>
 
 #include "backend/cpu/optimized/optimized_ops.h"
+#include "backend/cpu/optimized/parallel.h"
 #include "backend/cpu/reference/tensor_io.h"
 #include "core/error.h"
 
@@ -86,9 +87,8 @@ void OptimizedOps::attention_forward(const Tensor& q, const Tensor& k, const Ten
   // Per-thread slices padded to whole cache lines so threads never share one.
   const int64_t per_thread = (floats + 15) / 16 * 16;
   float* base = scratch(attention_scratch_, per_thread * omp_get_max_threads());
-#pragma omp parallel for schedule(static, 1) if (tasks > 1)
-  for (int64_t task = 0; task < tasks; ++task)
-    run(a, task, base + per_thread * omp_get_thread_num());
+  parallel_tasks(tasks,
+                 [&](int64_t task) { run(a, task, base + per_thread * omp_get_thread_num()); });
 }
 
 void OptimizedOps::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -112,9 +112,8 @@ void OptimizedOps::attention_backward(const Tensor& dout, const Tensor& q, const
   auto* const run = bf16 ? bf16_attention_->backward : kernels_.attention_backward;
   const int64_t per_thread = (floats + 15) / 16 * 16;
   float* base = scratch(attention_scratch_, per_thread * omp_get_max_threads());
-#pragma omp parallel for schedule(static, 1) if (tasks > 1)
-  for (int64_t task = 0; task < tasks; ++task)
-    run(a, task, base + per_thread * omp_get_thread_num());
+  parallel_tasks(tasks,
+                 [&](int64_t task) { run(a, task, base + per_thread * omp_get_thread_num()); });
 }
 
 void OptimizedOps::attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,

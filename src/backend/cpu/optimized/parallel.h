@@ -31,4 +31,17 @@ void parallel_ranges(int64_t n, int64_t grain, Body&& body) {
   for (int64_t c = 0; c < chunks; ++c) body(c, n * c / chunks, n * (c + 1) / chunks);
 }
 
+// Calls body(task) for each task of [0, n), handed to the threads round-robin. With one task
+// or one thread it runs on the calling thread: libgomp allocates a team for every parallel
+// region that runs on one thread (and frees it after), which a steady-state step must not do.
+template <typename Body>
+void parallel_tasks(int64_t n, Body&& body) {
+  if (n <= 1 || omp_get_max_threads() == 1) {
+    for (int64_t task = 0; task < n; ++task) body(task);
+    return;
+  }
+#pragma omp parallel for schedule(static, 1)
+  for (int64_t task = 0; task < n; ++task) body(task);
+}
+
 }  // namespace anvil::cpu_opt
