@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "eval/task_files.h"
+#include "tokenizer/utf8.h"
 
 namespace anvil {
 namespace {
@@ -63,31 +64,6 @@ char32_t code_point_at(const std::string& text, size_t i, size_t& length) {
   return cp;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-// Python's str.isspace().
-bool python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
 // Case mapping of Python's str.upper()/lower() for ASCII, Latin-1 and Latin Extended-A, the
 // letters benchmark text uses; other code points are left as they are.
 char32_t to_upper(char32_t c) {
@@ -123,7 +99,7 @@ std::string python_capitalize(const std::string& text) {
       out.push_back(text[i]);  // an invalid byte stays as it is
       continue;
     }
-    append_utf8(out, i == 0 ? to_upper(c) : to_lower(c));
+    tok::utf8_append(out, i == 0 ? to_upper(c) : to_lower(c));
   }
   return out;
 }
@@ -363,14 +339,14 @@ std::string mmlu_category(const std::string& subject) {
 
 std::string python_strip(const std::string& text) {
   size_t begin = 0, n = 0;
-  while (begin < text.size() && python_space(code_point_at(text, begin, n))) begin += n;
+  while (begin < text.size() && tok::is_python_space(code_point_at(text, begin, n))) begin += n;
   return python_rstrip(text.substr(begin));
 }
 
 std::string python_rstrip(const std::string& text) {
   size_t end = 0;  // one past the last non-space code point
   for (size_t i = 0, n = 0; i < text.size(); i += n) {
-    if (!python_space(code_point_at(text, i, n))) end = i + n;
+    if (!tok::is_python_space(code_point_at(text, i, n))) end = i + n;
   }
   return text.substr(0, end);
 }
