@@ -1,5 +1,5 @@
 // Loss scaling and fp16, end to end. Dynamic loss scaling multiplies the loss by a power of two,
-// so without an overflow it changes nothing (bitwise); in fp16 (cpu-ref) a scale too large for
+// so without an overflow it changes nothing (bitwise); in fp16 a scale too large for
 // fp16's range overflows the gradients: the step is skipped, the scale halves, and after
 // growth_interval clean steps it doubles again. The scaler's state is checkpointed, so a run
 // resumed across skips repeats the straight run. The fp16 loss curve tracks f32's, and fp16 on
