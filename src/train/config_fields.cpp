@@ -44,7 +44,7 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(training, batch_size, "sequences per micro-batch"),
       ANVIL_CONFIG_FIELD(training, seq_len, "tokens per sequence"),
       ANVIL_CONFIG_FIELD(training, grad_accum, "micro-batches per optimizer step"),
-      ANVIL_CONFIG_FIELD(training, dtype, "compute dtype: f32, bf16, or fp16 (cpu-ref)"),
+      ANVIL_CONFIG_FIELD(training, dtype, "compute dtype: f32, bf16, or fp16 (cpu, cpu-ref, sim)"),
       ANVIL_CONFIG_FIELD(training, activation_checkpointing, "recompute blocks in backward"),
       ANVIL_CONFIG_FIELD(training, doc_mask, "attend only within a document"),
       ANVIL_CONFIG_FIELD(training, seed, "seed for weights and data order"),

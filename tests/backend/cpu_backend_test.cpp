@@ -85,6 +85,18 @@ TEST(CpuBackend, MemorySnapshotCountsEveryAllocationByCategory) {
   EXPECT_EQ(s.total_peak, 1 << 20);
 }
 
+// The op suite skips a backend's f16 rows when it reports no f16 kernels, so this pins that
+// cpu-ref, cpu and sim (which runs cpu's kernels) report them, and still refuse a non-float dtype.
+TEST(CpuBackend, EveryCpuBackendAndSimRunF16Activations) {
+  for (const char* name : {"cpu-ref", "cpu", "sim"}) {
+    const auto backend = make_backend(name);
+    EXPECT_TRUE(backend->supports_compute_dtype(DType::f32)) << name;
+    EXPECT_TRUE(backend->supports_compute_dtype(DType::bf16)) << name;
+    EXPECT_TRUE(backend->supports_compute_dtype(DType::f16)) << name;
+    EXPECT_FALSE(backend->supports_compute_dtype(DType::i32)) << name;
+  }
+}
+
 TEST(Registry, RejectsDuplicatesAndOffersOnlyBuiltEntries) {
   BackendRegistry registry;
   registry.add({"a", [] { return std::string("a: test"); }, [] { return make_cpu_backend(true); }});

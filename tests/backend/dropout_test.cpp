@@ -1,5 +1,5 @@
-// Conformance of the dropout op: the optimized CPU op equals the reference bit for bit (f32 and
-// bf16, in place and out of place), the reference equals the formula of core/counter_hash.h
+// Conformance of the dropout op: the optimized CPU op equals the reference bit for bit (f32,
+// bf16 and f16, in place and out of place), the reference equals the formula of core/counter_hash.h
 // computed here independently, backward is the same op on the cotangent (so the gradient of
 // sum(w * dropout(x)) is dropout(w)), and the keep rate is within 1% of 1 - p on 1e5 elements.
 #include <gtest/gtest.h>
@@ -15,7 +15,8 @@
 namespace anvil::test {
 namespace {
 
-// Returns n deterministic values in [-2, 2) that are exact in bf16.
+// Returns n deterministic values in [-2, 2) that are exact in bf16 (and so in f16: none is
+// below 2^-10, inside f16's normal range).
 std::vector<float> inputs(int64_t n) {
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
@@ -39,12 +40,14 @@ std::vector<float> run(Backend& backend, const std::vector<float>& x, DType dtyp
     backend.copy_to_host(result.data(), tout);
     return result;
   }
+  const bool bf16 = dtype == DType::bf16;
   std::vector<uint16_t> halves(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) halves[i] = float_to_bf16(x[i]);
+  for (int64_t i = 0; i < n; ++i) halves[i] = bf16 ? float_to_bf16(x[i]) : float_to_f16(x[i]);
   backend.copy_from_host(tin, halves.data());
   backend.dropout(tin, tout, p, seed);
   backend.copy_to_host(halves.data(), tout);
-  for (int64_t i = 0; i < n; ++i) result[i] = bf16_to_float(halves[i]);
+  for (int64_t i = 0; i < n; ++i)
+    result[i] = bf16 ? bf16_to_float(halves[i]) : f16_to_float(halves[i]);
   return result;
 }
 
@@ -56,7 +59,7 @@ TEST(DropoutTest, OptimizedEqualsReferenceAndTheFormula) {
   auto reference = make_backend("cpu-ref");
   auto optimized = make_backend("cpu");
   const std::vector<float> x = inputs(70001);
-  for (DType dtype : {DType::f32, DType::bf16}) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
     for (float p : {0.0f, 0.1f, 0.5f}) {
       const uint64_t seed = 0xABCDEF12345ull;
       const std::vector<float> ref = run(*reference, x, dtype, p, seed, false);
@@ -68,6 +71,7 @@ TEST(DropoutTest, OptimizedEqualsReferenceAndTheFormula) {
         const bool keep = (dropout_hash(seed, i) >> 40) >= static_cast<uint64_t>(p * 16777216.0);
         float expected = keep ? x[i] * keep_scale : 0.0f;
         if (dtype == DType::bf16) expected = round_to_bf16(expected);
+        if (dtype == DType::f16) expected = f16_to_float(float_to_f16(expected));
         ASSERT_EQ(ref[i], expected) << "element " << i;
       }
     }

@@ -346,6 +346,13 @@ void run_op_case(const OpCase& op_case) {
 
   const RunResult reference = run_on(reference_backend(), op_case, cotangents, grad_start);
   for (const std::unique_ptr<Backend>& backend : backends_under_test()) {
+    if (op_case.compute_dtype_op && !backend->supports_compute_dtype(op_case.dtype)) {
+      std::printf("[ops] %s %s %s on %s skipped: the backend has no %s kernels\n",
+                  op_case.forward_op.c_str(), op_case.label.c_str(),
+                  std::string(dtype_name(op_case.dtype)).c_str(), backend->name().c_str(),
+                  std::string(dtype_name(op_case.dtype)).c_str());
+      continue;
+    }
     const RunResult result = run_on(*backend, op_case, cotangents, grad_start);
     std::vector<Check> forward_checks;
     for (const OutputSpec& out : op_case.outputs) {

@@ -107,6 +107,10 @@ struct OpCase {
   std::string label;        // shapes and flags, e.g. "B=2 T=7 Hq=8 Hkv=1 D=16 causal"
   DType dtype = DType::f32;  // activation dtype: picks the tolerance and ends the label
   Tolerance tol;
+  // Whether the op takes `dtype` only where Backend::supports_compute_dtype(dtype) holds (the
+  // activation ops; a backend without it is skipped with a line). Elementwise ops and casts
+  // take every float storage dtype on every backend.
+  bool compute_dtype_op = true;
   std::map<std::string, HostTensor> inputs;
   std::vector<OutputSpec> outputs;
   // Runs the op: reads the inputs and writes the outputs of the workspace by name.
@@ -123,6 +127,25 @@ struct OpCase {
 
 // Runs one case on every compiled backend against cpu-ref, the oracle and finite differences.
 void run_op_case(const OpCase& op_case);
+
+// Sets a bf16 dtype to f16 and returns whether it did (for with_f16_twins).
+inline bool bf16_to_f16(DType& dtype) {
+  if (dtype != DType::bf16) return false;
+  dtype = DType::f16;
+  return true;
+}
+
+// Returns the rows followed by an f16 twin of every row that has bf16 tensors: `twin` turns a
+// row's bf16 dtypes into f16 (bf16_to_f16) and returns whether it changed one.
+template <typename Row, typename Twin>
+std::vector<Row> with_f16_twins(std::vector<Row> rows, Twin twin) {
+  const size_t count = rows.size();
+  for (size_t i = 0; i < count; ++i) {
+    Row row = rows[i];
+    if (twin(row)) rows.push_back(row);
+  }
+  return rows;
+}
 
 // Returns the backends to test: every compiled backend that can be created here. Prints the
 // reason for each one skipped (e.g. no device).

@@ -1,6 +1,6 @@
 // Op conformance tables, part 2: the sequence ops, RoPE and attention. Same driver and
 // conventions as ops_test.cpp. Attention rows cover GQA ratios 1, 2 and 8, one-token
-// sequences, sliding windows, several documents per row, a custom scale, bf16, sequences
+// sequences, sliding windows, several documents per row, a custom scale, bf16 and f16, sequences
 // spanning several of the optimized kernels' tiles, and queries placed after cached keys
 // (q_offset, as KV-cache decoding uses).
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@ struct RopeRow {
   RopeParams params;
   bool in_place;
   DType dtype;
-  Tolerance tol{1e-5, 1e-2};
+  Tolerance tol{1e-5, 1e-2, 1.25e-3};  // f16 = bf16 / 8: see ops_test.cpp
 };
 
 OpCase rope_case(const RopeRow& r) {
@@ -97,7 +97,9 @@ TEST(Ops, Rope) {
       {2, 40, 4, 64, scattered_positions(80, 9000), llama3_rope(), true, bf16},
       {1, 2, 2, 8, {3, 2000000}, plain, false, f32},
   };
-  for (const RopeRow& row : rows) run_op_case(rope_case(row));
+  for (const RopeRow& row :
+       with_f16_twins(rows, [](RopeRow& r) { return bf16_to_f16(r.dtype); }))
+    run_op_case(rope_case(row));
 }
 
 // ---- attention: forward writes out and lse; backward overwrites dq, dk and dv.
@@ -111,7 +113,7 @@ struct AttentionRow {
   DType dtype;
   int64_t Tk = 0;    // key rows; 0: T
   int q_offset = 0;  // absolute position of query row 0 (KV-cache decoding)
-  Tolerance tol{2e-5, 2e-2};
+  Tolerance tol{2e-5, 2e-2, 2.5e-3};  // f16 = bf16 / 8: see ops_test.cpp
   int k_offset = 0;  // absolute position of key row 0 (a block of keys from elsewhere)
   SparsePattern pattern = SparsePattern::dense;
   int segment = 0, stride = 0, sinks = 0;
@@ -231,7 +233,9 @@ TEST(Ops, Attention) {
       {1, 3, 2, 1, 8, false, 0, {}, 0.0f, f32, 8, 2},
       {1, 20, 2, 1, 32, true, 0, {}, 0.0f, f32, 90, 70},
   };
-  for (const AttentionRow& row : rows) run_op_case(attention_case(row));
+  for (const AttentionRow& row :
+       with_f16_twins(rows, [](AttentionRow& r) { return bf16_to_f16(r.dtype); }))
+    run_op_case(attention_case(row));
 }
 
 // Returns the row with a sparse pattern and sink keys.
@@ -285,7 +289,9 @@ TEST(Ops, AttentionSparseMasks) {
       key_block(masked({1, 64, 2, 1, 8, true, 48, {}, 0.0f, f32}, strided, 16, 2, 0), 200, 96,
                 128),
   };
-  for (const AttentionRow& row : rows) run_op_case(attention_case(row));
+  for (const AttentionRow& row :
+       with_f16_twins(rows, [](AttentionRow& r) { return bf16_to_f16(r.dtype); }))
+    run_op_case(attention_case(row));
 }
 
 // ---- attention_merge: folds one key block's (out, lse) into a running result.
@@ -297,7 +303,7 @@ OpCase merge_case(int64_t B, int64_t T, int64_t H, int64_t D, DType dtype, doubl
   c.forward_op = "attention_merge";
   c.label = fmt::format("B={} T={} H={} D={} hidden rows {}", B, T, H, D, hidden);
   c.dtype = dtype;
-  c.tol = Tolerance{2e-6, 1e-2};
+  c.tol = Tolerance{2e-6, 1e-2, 1.25e-3};  // f16 = bf16 / 8: see ops_test.cpp
   c.inputs["out0"] = random_tensor(rng, dtype, out_shape);
   c.inputs["part_out"] = random_tensor(rng, dtype, out_shape);
   // Rows that saw no key carry lse = -inf (and out = 0) on either side or both.
@@ -351,6 +357,7 @@ TEST(Ops, AttentionMerge) {
   run_op_case(merge_case(2, 5, 3, 8, DType::f32, 0.0));
   run_op_case(merge_case(1, 70, 4, 40, DType::f32, 0.3));
   run_op_case(merge_case(2, 9, 2, 16, DType::bf16, 0.3));
+  run_op_case(merge_case(2, 9, 2, 16, DType::f16, 0.3));
 }
 
 // Attention over keys cut into blocks (k_offset), merged with attention_merge, equals one call

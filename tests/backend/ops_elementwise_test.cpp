@@ -41,6 +41,7 @@ OpCase elementwise_case(const ElementwiseRow& r) {
   OpCase c;
   c.forward_op = r.op;
   c.tol = r.tol;
+  c.compute_dtype_op = false;
   const Shape shape{r.n};
   if (r.op == "add") {
     c.label = fmt::format("n={} {}+{}{}", r.n, dtype_name(r.x), dtype_name(r.y),
@@ -117,9 +118,12 @@ TEST(Ops, Elementwise) {
       {"add", 13, f16, f32, 0.0f, true},
       {"scale", 37, f32, f32, -0.37f, false},
       {"scale", 37, bf16, bf16, 3.0f, false},
+      {"scale", 37, f16, f16, -0.37f, false},
       {"axpy", 37, f32, f32, 0.3f, false},
       {"axpy", 37, bf16, f32, -1.5f, false},
       {"axpy", 37, f32, bf16, 0.125f, false},
+      {"axpy", 37, f16, f32, -1.5f, false},
+      {"axpy", 37, f32, f16, 0.125f, false},
       {"cast", 37, f32, bf16, 0.0f, false, exact},
       {"cast", 37, bf16, f32, 0.0f, false, exact},
       {"cast", 37, f32, f16, 0.0f, false, exact},
@@ -133,6 +137,11 @@ TEST(Ops, Elementwise) {
       {"axpy", 100003, f32, bf16, -0.25f, false},
       {"cast", 100003, f32, bf16, 0.0f, false, exact},
       {"cast", 100003, bf16, f32, 0.0f, false, exact},
+      {"add", 100003, f16, f16, 0.0f, true},
+      {"axpy", 100003, f16, f16, -0.25f, false},
+      {"cast", 100003, f32, f16, 0.0f, false, exact},
+      {"cast", 100003, f16, f32, 0.0f, false, exact},
+      {"cast", 100003, bf16, f16, 0.0f, false, exact},
   };
   for (const ElementwiseRow& row : rows) run_op_case(elementwise_case(row));
 }
@@ -202,6 +211,7 @@ TEST(Ops, AdamW) {
       {100, plain, DType::i32, 2e-6},
       {5, large_eps, DType::f32, 2e-6},
       {50001, decayed, DType::bf16, 2e-6},
+      {50001, decayed, DType::f16, 2e-6},
   };
   const int kSteps = 10;
   for (const AdamWRow& row : rows) {

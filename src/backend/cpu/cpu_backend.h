@@ -18,10 +18,10 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(bool reference);
 
   std::string name() const override { return reference_ ? "cpu-ref" : "cpu"; }
-  // The reference loops read and write f16 like any float dtype; the optimized kernels have
-  // no f16 paths (their SIMD loads and oneDNN GEMMs take f32 and bf16 only).
+  // Both modes run f16 activations: the reference loops read and write it like any float
+  // dtype, the optimized kernels widen it to f32 (F16C where the table has it).
   bool supports_compute_dtype(DType dtype) const override {
-    return Backend::supports_compute_dtype(dtype) || (reference_ && dtype == DType::f16);
+    return Backend::supports_compute_dtype(dtype) || dtype == DType::f16;
   }
   // Returns whether this instance forces the reference loops.
   bool reference() const { return reference_; }

@@ -29,6 +29,10 @@ class SimBackend final : public Backend {
 
   std::string name() const override { return "sim"; }
   Device device() const override { return Device{DeviceType::sim, 0}; }
+  // The optimized CPU kernels run f16 activations, so the f16 device path rehearses here.
+  bool supports_compute_dtype(DType dtype) const override {
+    return Backend::supports_compute_dtype(dtype) || dtype == DType::f16;
+  }
   void synchronize() override;
   // Events on the op stream; the default create_stream (a worker thread) is the communication
   // stream, reaching device memory at its kernel-view addresses.

@@ -6,7 +6,9 @@
 // gemm driver, which mallocs its packing buffers on every call. Transposes and batches are
 // strides, never copies. bf16 operands accumulate in f32; where a library has no bf16 kernel
 // for the CPU, they are widened to f32 into buffers owned here (grown, never shrunk) and the
-// f32 product runs instead, with the same results. Those buffers and oneDNN's scratchpad come
+// f32 product runs instead, with the same results. f16 operands always take that widened path
+// (oneDNN's f16 matmul needs AVX512-FP16 or AMX, OpenBLAS has none): exact widening, f32
+// accumulation, one rounding of c to f16. Those buffers and oneDNN's scratchpad come
 // from the backend's allocator, counted as workspace.
 #pragma once
 
@@ -33,7 +35,7 @@ struct MatmulShape {
 
 class Gemm {
  public:
-  // `kernels` converts bf16 operands on the widened path; `scratch` (the backend) provides
+  // `kernels` converts bf16 and f16 operands on the widened path; `scratch` (the backend) provides
   // the widened copies and any library scratchpad.
   Gemm(const Kernels& kernels, Allocator& scratch) : kernels_(kernels), scratch_(scratch) {}
   virtual ~Gemm() = default;
@@ -55,7 +57,7 @@ class Gemm {
  private:
   const Kernels& kernels_;
   Allocator& scratch_;
-  // f32 copies of bf16 operands (a, b, c) on the widened path.
+  // f32 copies of bf16 or f16 operands (a, b, c) on the widened path.
   Buffer widened_a_, widened_b_, widened_c_;
   std::mutex mutex_;
 };

@@ -10,6 +10,8 @@
 namespace anvil::cpu_opt {
 namespace {
 
+// Every x86 CPU with AVX2 + FMA also has F16C (Intel since Ivy Bridge, AMD since
+// Piledriver), which the avx2 and avx512 tables' f16 loads and stores use.
 bool has_avx2() {
   const CpuInfo& cpu = cpu_info();
   return cpu.avx2 && cpu.fma;

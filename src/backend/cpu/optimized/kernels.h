@@ -3,7 +3,7 @@
 // or one attention task); the ops in ops_*.cpp validate arguments, split the work across
 // OpenMP threads and pick the table once per backend (isa.h), so the ISA-specific translation
 // units hold only arithmetic. Storage types inside kernels: f32 as float, bf16 as its uint16_t
-// bits (widened exactly, stored with round-to-nearest-even); f16 never reaches a kernel.
+// bits, f16 as simd.inc's Half (both widened exactly, stored with round-to-nearest-even).
 #pragma once
 
 #include <cstdint>
@@ -114,7 +114,7 @@ int64_t attention_backward_scratch_floats(const AttentionArgs& args);
 
 struct Kernels {
   const char* isa_name;
-  // dst[0, n) = src converted (f32 <-> bf16, or a copy).
+  // dst[0, n) = src converted between f32, bf16 and f16 (or copied).
   void (*convert)(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
   // out = a + b; out may alias a or b.
   void (*add)(const void* a, DType a_dtype, const void* b, DType b_dtype, void* out,

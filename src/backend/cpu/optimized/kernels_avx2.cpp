@@ -1,6 +1,6 @@
 // The AVX2 kernel table: the shared kernel sources (simd.inc, elementwise.inc, rows.inc,
-// attention.inc) compiled for AVX2 + FMA, 8 f32 lanes. Only the code after the
-// target pragma uses these instructions; headers are included before it, so nothing they
+// attention.inc) compiled for AVX2 + FMA, 8 f32 lanes, f16 converted by F16C. Only the code
+// after the target pragma uses these instructions; headers are included before it, so nothing they
 // define inline can leak AVX2 code into other translation units. Selected at run time by
 // isa.cpp only when the CPU reports the features.
 #if defined(__x86_64__)
@@ -25,6 +25,9 @@ namespace anvil::cpu_opt::avx2 {
 constexpr int kLanes = 8;
 #define ANVIL_SIMD_FMADD(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define ANVIL_SIMD_SQRT(a) _mm256_sqrt_ps(a)
+#define ANVIL_SIMD_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))
+#define ANVIL_SIMD_STORE_F16(p, v) \
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
 #include "backend/cpu/optimized/simd.inc"
 #include "backend/cpu/optimized/elementwise.inc"
 #include "backend/cpu/optimized/rows.inc"
@@ -32,6 +35,8 @@ constexpr int kLanes = 8;
 #include "backend/cpu/optimized/attention.inc"
 #undef ANVIL_SIMD_FMADD
 #undef ANVIL_SIMD_SQRT
+#undef ANVIL_SIMD_LOAD_F16
+#undef ANVIL_SIMD_STORE_F16
 
 const Kernels kTable = {"avx2",            convert,         add,
                         scale,             axpy,            sum_squares,

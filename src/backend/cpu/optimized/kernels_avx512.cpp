@@ -1,5 +1,6 @@
 // The AVX-512 kernel table: the shared kernel sources (simd.inc, elementwise.inc, rows.inc,
-// attention.inc) compiled for AVX-512F/BW/VL + FMA, 16 f32 lanes. Only the code after the
+// attention.inc) compiled for AVX-512F/BW/VL + FMA, 16 f32 lanes, f16 converted by
+// vcvtph2ps / vcvtps2ph. Only the code after the
 // target pragma uses these instructions; headers are included before it, so nothing they
 // define inline can leak AVX-512 code into other translation units. Selected at run time by
 // isa.cpp only when the CPU reports the features.
@@ -28,6 +29,11 @@ constexpr int kLanes = 16;
 #define ANVIL_SIMD_ROUND(a) \
   _mm512_maskz_roundscale_ps(static_cast<__mmask16>(0xffff), a, _MM_FROUND_TO_NEAREST_INT)
 #define ANVIL_SIMD_SCALEF(a, n) _mm512_maskz_scalef_ps(static_cast<__mmask16>(0xffff), a, n)
+#define ANVIL_SIMD_LOAD_F16(p) \
+  _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))
+#define ANVIL_SIMD_STORE_F16(p, v)                  \
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), \
+                      _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 #include "backend/cpu/optimized/simd.inc"
 #include "backend/cpu/optimized/elementwise.inc"
 #include "backend/cpu/optimized/rows.inc"
@@ -37,6 +43,8 @@ constexpr int kLanes = 16;
 #undef ANVIL_SIMD_SQRT
 #undef ANVIL_SIMD_ROUND
 #undef ANVIL_SIMD_SCALEF
+#undef ANVIL_SIMD_LOAD_F16
+#undef ANVIL_SIMD_STORE_F16
 
 const Kernels kTable = {"avx512",          convert,         add,
                         scale,             axpy,            sum_squares,

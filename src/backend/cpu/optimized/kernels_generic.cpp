@@ -1,7 +1,8 @@
 // The generic kernel table: the shared kernel sources (simd.inc, elementwise.inc, rows.inc,
 // attention.inc) compiled for the build's baseline instruction set with 4-lane GCC vectors
 // (SSE2 on x86-64, NEON on AArch64, plain scalar code elsewhere). No intrinsics and no FMA, so
-// it runs on any CPU the binary runs on; it is the fallback when AVX2 is missing and the path
+// it runs on any CPU the binary runs on (f16 converts by the portable bit arithmetic of
+// simd.inc); it is the fallback when AVX2 is missing and the path
 // ANVIL_CPU_ISA=generic forces for testing.
 #include <algorithm>
 #include <cmath>

@@ -86,7 +86,11 @@ class OneDnnGemm final : public Gemm {
   }
 
  protected:
-  bool native(const MatmulShape& s) override { return entry_for(s).usable; }
+  // f16 takes the widened path: to_dnnl has no f16, and oneDNN's f16 kernels need AVX512-FP16.
+  bool native(const MatmulShape& s) override {
+    if (s.ab_dtype == DType::f16 || s.c_dtype == DType::f16) return false;
+    return entry_for(s).usable;
+  }
 
   void run_native(const MatmulShape& s, const void* a, const void* b, void* c) override {
     GemmEntry& entry = entry_for(s);

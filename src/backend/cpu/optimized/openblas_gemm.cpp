@@ -4,7 +4,7 @@
 // every op and the pthread OpenBLAS never spins next to OpenMP. A slice never splits K, so
 // each element of c is one sum in OpenBLAS's order whatever the thread count. OpenBLAS keeps
 // its packing buffers in a pool mapped on first use: the steady state allocates nothing.
-// bf16 operands take the widened path (Debian's OpenBLAS exports no bf16 GEMM).
+// bf16 and f16 operands take the widened path (Debian's OpenBLAS exports neither GEMM).
 #include <cblas.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// OptimizedOps elementwise ops, reductions, SwiGLU and AdamW: the SIMD kernels over per-thread element ranges. f16 storage (used only by casts and the
-// optimizer's exotic paths) and mixed-dtype SwiGLU run the reference loops.
+// OptimizedOps elementwise ops, reductions, SwiGLU and AdamW: the SIMD kernels over
+// per-thread element ranges, for f32, bf16 and f16 storage alike. Mixed-dtype SwiGLU runs the
+// reference loops.
 #include <cmath>
 #include <vector>
 
@@ -15,8 +16,6 @@ namespace {
 // Elements per thread below which splitting costs more than it saves.
 constexpr int64_t kElementGrain = 16384;
 
-bool simd_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::bf16; }
-
 // Returns `base` advanced by `elements` elements of `dtype`.
 void* offset(void* base, DType dtype, int64_t elements) {
   return static_cast<char*>(base) + elements * static_cast<int64_t>(dtype_size(dtype));
@@ -25,8 +24,6 @@ void* offset(void* base, DType dtype, int64_t elements) {
 }  // namespace
 
 void OptimizedOps::add(const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (!simd_dtype(a.dtype) || !simd_dtype(b.dtype) || !simd_dtype(out.dtype))
-    return cpu_ref::add(a, b, out);
   parallel_ranges(a.numel(), kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
     kernels_.add(offset(a.data, a.dtype, begin), a.dtype, offset(b.data, b.dtype, begin), b.dtype,
                  offset(out.data, out.dtype, begin), out.dtype, end - begin);
@@ -34,14 +31,12 @@ void OptimizedOps::add(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 void OptimizedOps::scale(const Tensor& x, float alpha) {
-  if (!simd_dtype(x.dtype)) return cpu_ref::scale(x, alpha);
   parallel_ranges(x.numel(), kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
     kernels_.scale(offset(x.data, x.dtype, begin), x.dtype, alpha, end - begin);
   });
 }
 
 void OptimizedOps::axpy(float alpha, const Tensor& x, const Tensor& y) {
-  if (!simd_dtype(x.dtype) || !simd_dtype(y.dtype)) return cpu_ref::axpy(alpha, x, y);
   parallel_ranges(x.numel(), kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
     kernels_.axpy(alpha, offset(x.data, x.dtype, begin), x.dtype, offset(y.data, y.dtype, begin),
                   y.dtype, end - begin);
@@ -49,7 +44,6 @@ void OptimizedOps::axpy(float alpha, const Tensor& x, const Tensor& y) {
 }
 
 void OptimizedOps::cast(const Tensor& src, const Tensor& dst) {
-  if (!simd_dtype(src.dtype) || !simd_dtype(dst.dtype)) return cpu_ref::cast(src, dst);
   parallel_ranges(src.numel(), kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
     kernels_.convert(offset(src.data, src.dtype, begin), src.dtype,
                      offset(dst.data, dst.dtype, begin), dst.dtype, end - begin);
@@ -57,7 +51,6 @@ void OptimizedOps::cast(const Tensor& src, const Tensor& dst) {
 }
 
 double OptimizedOps::sum_squares(const Tensor& x) {
-  if (!simd_dtype(x.dtype)) return cpu_ref::sum_squares(x);
   // One partial per chunk, added in chunk order: the same thread count gives the same bits.
   constexpr int kMaxChunks = 1024;
   double partials[kMaxChunks] = {};
@@ -71,7 +64,6 @@ double OptimizedOps::sum_squares(const Tensor& x) {
 }
 
 bool OptimizedOps::all_finite(const Tensor& x) {
-  if (!simd_dtype(x.dtype)) return cpu_ref::all_finite(x);
   bool finite = true;
   parallel_ranges(x.numel(), kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
     if (!kernels_.all_finite(offset(x.data, x.dtype, begin), x.dtype, end - begin)) {
@@ -107,8 +99,6 @@ void OptimizedOps::swiglu_backward(const Tensor& dout, const Tensor& gate, const
 void OptimizedOps::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
                               const Tensor& v, const AdamWParams& params,
                               const Tensor* param_copy) {
-  if (param_copy && !simd_dtype(param_copy->dtype))
-    return cpu_ref::adamw_step(param, grad, m, v, params, param_copy);
   // The scalar coefficients exactly as cpu_ref::adamw_step rounds them (see adamw.cpp there).
   const double lr = params.lr, beta1 = params.beta1, beta2 = params.beta2;
   const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(params.step));

@@ -88,7 +88,7 @@ void OptimizedOps::embedding_shard_forward(const Tensor& ids, const Tensor& tabl
       const int64_t local = id[n] - begin;
       void* dst = element(out.data, out.dtype, n * C);
       if (local < 0 || local >= Vs) {
-        std::memset(dst, 0, out_row_bytes);  // all-zero bits are +0 in f32 and bf16
+        std::memset(dst, 0, out_row_bytes);  // all-zero bits are +0 in f32, bf16 and f16
         continue;
       }
       kernels_.convert(element(table.data, table.dtype, local * C), table.dtype, dst,

@@ -1,12 +1,13 @@
 // OptimizedOps: the "cpu" backend's op implementations. GEMMs go to oneDNN or OpenBLAS,
 // whichever goes with the kernel table (gemm.h); every other op (its arguments checked by
-// Backend; ids and targets here, with the reference's messages) splits rows across OpenMP threads and runs the SIMD kernel table chosen for this CPU
-// (isa.h). Cases the kernels do not cover (f16 storage, mixed dtypes within SwiGLU, positions
-// beyond the RoPE table, empty matrices) run the reference loops, which define the same
-// results. Scratch (attention tiles, rmsnorm weight-gradient partials, cross-entropy rows) is
-// owned here and only grows, so a steady training step allocates nothing; it comes from the
-// backend's allocator, counted as workspace. Not thread-safe:
-// one caller at a time.
+// Backend; ids and targets here, with the reference's messages) splits rows across OpenMP
+// threads and runs the SIMD kernel table chosen for this CPU (isa.h); f32, bf16 and f16
+// storage alike, f16 GEMM operands widened to f32. Cases the kernels do not cover (mixed
+// dtypes within SwiGLU, positions beyond the RoPE table, empty matrices) run the reference
+// loops, which define the same results. Scratch (attention tiles, rmsnorm weight-gradient
+// partials, cross-entropy rows) is owned here and only grows, so a steady training step
+// allocates nothing; it comes from the backend's allocator, counted as workspace. Not
+// thread-safe: one caller at a time.
 #pragma once
 
 
