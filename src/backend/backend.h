@@ -5,7 +5,7 @@
 // Every op takes Tensor views that live on this backend's device. Conventions:
 //   - activations are row-major; "(N, C)" means N rows of C; (B, T, H, D) is batch, time,
 //     heads, head_dim, i.e. exactly the output of a projection viewed per head.
-//   - activation dtypes are f32 or bf16; statistics, losses, logsumexp and gradients of
+//   - activation dtypes are f32, bf16 or f16 (f16 where supports_compute_dtype says so); statistics, losses, logsumexp and gradients of
 //     parameters are always f32; arithmetic is done in f32 whatever the storage dtype.
 //   - backward outputs say whether they are overwritten (=) or accumulated (+=).
 // A backend that lacks an op throws "[<name>] op <op> is not implemented"; nothing falls back.
@@ -153,7 +153,7 @@ class Backend : public Allocator {
   // ---- ops ------------------------------------------------------------------------------
   // c = alpha * op(a) @ op(b) + beta * c, op = transpose when asked. a, b: (M,K)/(K,M) and
   // (K,N)/(N,K) or batched (P, ., .) with b optionally shared (rank 2). a and b share a dtype
-  // (f32 or bf16); c is f32 or bf16; accumulation is f32.
+  // (f32, bf16 or f16); c is f32, bf16 or f16; accumulation is f32.
   void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
               bool transpose_b, float alpha = 1.0f, float beta = 0.0f);
 
@@ -202,7 +202,7 @@ class Backend : public Allocator {
                           const AttentionParams& params);
   // Folds the attention of the same queries over another block of keys into a running result:
   // lse' = log(exp(lse) + exp(part_lse)), out = out exp(lse - lse') + part_out
-  // exp(part_lse - lse'), lse = lse'. out, part_out (B, Tq, Hq, D) f32 or bf16 of one dtype;
+  // exp(part_lse - lse'), lse = lse'. out, part_out (B, Tq, Hq, D) f32, bf16 or f16 of one dtype;
   // lse, part_lse (B, Hq, Tq) f32. Rows where both lse are -inf keep out = 0, lse = -inf.
   void attention_merge(const Tensor& out, const Tensor& lse, const Tensor& part_out,
                        const Tensor& part_lse);
@@ -229,7 +229,7 @@ class Backend : public Allocator {
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor* loss_mask,
                      int ignore_index, const Tensor& losses, const Tensor* dlogits,
                      float grad_scale);
-  // Vocabulary-parallel cross-entropy, first half: logits (N, Vs) f32 or bf16 hold columns
+  // Vocabulary-parallel cross-entropy, first half: logits (N, Vs) f32, bf16 or f16 hold columns
   // [begin, begin + Vs) of the full logits. stats (N, 3) f32 per row: the row maximum m, the sum
   // of exp(x - m) over the shard (accumulated in double, rounded once), and the logit of the row's
   // target when the target lies inside the shard (0 otherwise, and 0 for target == ignore_index).
@@ -239,7 +239,7 @@ class Backend : public Allocator {
   // Second half, once the caller has combined the shards' stats into each full row's logsumexp
   // lse (N) f32: dlogits (N, Vs) = (exp(x - lse) - onehot(target - begin)) * mask * grad_scale,
   // where a row whose target is ignore_index or whose loss_mask (N) f32 is 0 gets 0. dlogits may
-  // alias logits (f32 or bf16, like cross_entropy's dlogits).
+  // alias logits (f32, bf16 or f16, like cross_entropy's dlogits).
   void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
                                     const Tensor* loss_mask, int ignore_index,
                                     int64_t begin, const Tensor& lse,
@@ -254,7 +254,7 @@ class Backend : public Allocator {
   // out = x * keep(i) / (1 - p) with keep(i) = (dropout_hash(seed, i) >> 40) >= p * 2^24, i the
   // flat element index; out may alias x. The mask depends only on (seed, i), so the backward
   // pass re-creates it by calling the op on the gradient with the same seed. p in [0, 1).
-  // x and out are f32 or bf16 (core/counter_hash.h has the formula).
+  // x and out are f32, bf16 or f16 (core/counter_hash.h has the formula).
   void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed);
 
   // Returns sum(x^2) accumulated in double precision (any float dtype).

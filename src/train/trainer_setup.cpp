@@ -92,7 +92,7 @@ Trainer::Trainer(const TrainRunOptions& options)
               "[train] training.dtype = {} has no kernels on --backend {}{}",
               config_.training.dtype, backend_->name(),
               model_options.compute_dtype == DType::f16
-                  ? " (fp16 runs on cpu-ref, the reference loops; use bf16 on this backend)"
+                  ? " (fp16 runs on cpu, cpu-ref and sim; use bf16 on this backend)"
                   : "");
   device_world_ = make_device_communicator(world_, *backend_);
   if (!config_.parallel.overlap) {
