@@ -5,8 +5,9 @@
 // Every op takes Tensor views that live on this backend's device. Conventions:
 //   - activations are row-major; "(N, C)" means N rows of C; (B, T, H, D) is batch, time,
 //     heads, head_dim, i.e. exactly the output of a projection viewed per head.
-//   - activation dtypes are f32, bf16 or f16 (f16 where supports_compute_dtype says so); statistics, losses, logsumexp and gradients of
-//     parameters are always f32; arithmetic is done in f32 whatever the storage dtype.
+//   - activation dtypes are f32, bf16 or f16 (f16 where supports_compute_dtype says so);
+//     statistics, losses, logsumexp and gradients of parameters are always f32; arithmetic
+//     is done in f32 whatever the storage dtype.
 //   - backward outputs say whether they are overwritten (=) or accumulated (+=).
 // A backend that lacks an op throws "[<name>] op <op> is not implemented"; nothing falls back.
 #pragma once
