@@ -86,6 +86,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.sequence_parallel",
                                              "parallel.zero_stage",
                                              "parallel.offload",
+                                             "parallel.prefetch",
                                              "parallel.overlap",
                                              "parallel.collective_timeout_s",
                                              "checkpoint.every",
