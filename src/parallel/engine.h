@@ -11,8 +11,10 @@
 //   stage 2  gradients reduce-scattered too: a rank keeps only its shard; full gradients
 //            exist only in a few group-sized slots while a group's backward runs.
 //   stage 3  weights sharded too: a group is all-gathered into a slot before each use in
-//            forward and backward, the next group in the pass is prefetched, and slots are
-//            reused after; the model's views are re-pointed with bind_weights/gradients.
+//            forward and backward (in the compute dtype, norms in f32: engine_slots.cpp), the
+//            next mesh.prefetch() groups of the pass are prefetched, and slots are reused
+//            after; the model's views are re-pointed with bind_compute_weights (mixed
+//            precision) or bind_weights/gradients. No full compute-dtype copy is held.
 // Tensor parallelism: the model holds its tp rank's shards (ModelOptions::tp, from
 // model_options(options, mesh)); every stage above runs on the data communicator (the dp x
 // fsdp ranks of one tp index), so each tp rank shards, reduces and steps its own slice, and

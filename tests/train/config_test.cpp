@@ -200,6 +200,11 @@ TEST(ConfigTest, ValidationNamesTheKey) {
             "watchdog), got -1");
   apply_config_override(config, "parallel.collective_timeout_s", "0");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
+  apply_config_override(config, "parallel.prefetch", "0");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] parallel.prefetch must be 1..64 groups gathered ahead, got 0");
+  apply_config_override(config, "parallel.prefetch", "3");
+  EXPECT_EQ(error_of([&] { validate_config(config); }), "");
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
 }
 
