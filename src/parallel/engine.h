@@ -97,9 +97,10 @@ struct PlannedMemory {
   int64_t workspace = 0;     // compute-dtype weight copies (mixed precision)
   // Not held at setup: the receive buffers of the ordered sums while they run (communication).
   // Stages 0-1 all-reduce every group's gradient and hold them until the micro-step ends;
-  // stages 2-3 have the reduce-scatters of up to two groups in flight (measured: 1.7 to 2.4
-  // times the largest group's bytes on the tiny preset, depending on timing), counted as two
-  // of the largest group. None with one data rank.
+  // stages 2-3 have as many reduce-scatters in flight as the gradient slots allow: one per
+  // layer slot, plus the head's (and with tied embeddings the table's) at their own sizes
+  // (measured on the tiny preset: up to exactly that, depending on timing). None with one
+  // data rank.
   int64_t collective_staging = 0;
   int64_t total() const {
     return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;

@@ -120,8 +120,16 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     if (micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
   }
   if (shape.dp * shape.fsdp > 1) {
-    report.collective_staging = zero_stage <= 1 ? static_cast<int64_t>(model.gradients)
-                                                : 2 * plan.max_padded() * f32;
+    report.collective_staging = static_cast<int64_t>(model.gradients);
+    if (zero_stage >= 2) {
+      // As many reduce-scatters as the gradient slots let start before the oldest finishes:
+      // one per layer slot, and the head's and (tied) the table's, each of its own size.
+      const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
+      int64_t outer = slots.elements[1];
+      if (config.tie_embeddings)
+        outer = plan.group(kEmbeddingGroup).padded + plan.group(head_group(config)).padded;
+      report.collective_staging = (slots.count[0] * slots.elements[0] + outer) * f32;
+    }
   }
   return report;
 }
