@@ -234,6 +234,18 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
       2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) + 2 * f32_gradient_slots(a, 8);
   EXPECT_EQ(bytes(plan, MemoryCategory::communication), comm);
   EXPECT_EQ(bytes(plan, MemoryCategory::activations), bf16_arena(a, 4096, a.L));
+  // The fsdp weight gathers move bf16 layers (and each layer's norms packed in f32: here each
+  // norm lies in one shard, so a rank contributes C): the f32 embedding and every layer in
+  // forward, the head, and in backward every layer but the last two, which the two layer
+  // slots still hold; the untied embedding is not gathered for backward.
+  const int64_t layer_gather = 2 * padded(a.layer_group(), 8) + 8 * 4 * a.C;
+  const int64_t head_gather = 2 * padded(a.head_group(), 8) + 8 * 4 * a.C;
+  int64_t gathered = 0;
+  for (const PlannedTransfer& t : plan.time.transfers)
+    if (std::string(t.collective.what) == "weight all-gather")
+      gathered += t.collective.payload_bytes;
+  EXPECT_EQ(gathered, 4 * padded(a.embedding_group(), 8) + (a.L + a.L - 2) * layer_gather +
+                          head_gather);
   const int64_t total = 16 * a.shards(8) + comm + bf16_arena(a, 4096, a.L);
   EXPECT_EQ(plan.device_total, total);
   EXPECT_EQ(plan.fits, total <= static_cast<int64_t>(0.95 * 64.0 * kGiB));
