@@ -153,7 +153,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
   if (base_dtype == DType::bf16) {
     bf16_base_ = Bf16BaseViews(config_, backend);
   } else if (options_.compute_dtype != DType::f32) {
-    compute_ = ComputeWeights(config_, layout_, backend, options_.compute_dtype);
+    compute_ = ComputeWeights(config_, layout_, backend, options_.compute_dtype,
+                              options_.allocate_compute_copies || lora);
   }
   if (lora) {
     lora_ = LoraAdapters(config_, options_.lora, backend, options_.compute_dtype,
@@ -204,6 +205,10 @@ void LlamaModel::init_weights(uint64_t seed) {
 void LlamaModel::bind_weights(int group, const Tensor& storage) {
   params_.bind(group, storage);
   refresh_group_views(config_, params_, group, weights_);
+}
+
+void LlamaModel::bind_compute_weights(int group, const Tensor& compute, const Tensor& f32) {
+  compute_.bind(group, compute, f32);
 }
 
 void LlamaModel::bind_gradients(int group, const Tensor& storage) {
@@ -472,14 +477,14 @@ void LlamaModel::call_hook(void (GroupHooks::*hook)(int), int group) {
 
 void LlamaModel::begin_forward(int group) {
   call_hook(&GroupHooks::before_forward, group);
-  if (compute_.enabled()) compute_.refresh(group, params_.group(group), weights_, true);
+  if (compute_.owns_copies()) compute_.refresh(group, params_.group(group), weights_, true);
   if (bf16_base_.enabled()) bf16_base_.refresh(group, weights_);
   if (lora_.enabled()) lora_.refresh(group);
 }
 
 void LlamaModel::begin_backward(int group) {
   call_hook(&GroupHooks::before_backward, group);
-  if (compute_.enabled()) compute_.refresh(group, params_.group(group), weights_, false);
+  if (compute_.owns_copies()) compute_.refresh(group, params_.group(group), weights_, false);
   if (bf16_base_.enabled()) bf16_base_.refresh(group, weights_);
   // A parallel layer may have re-gathered the adapters into other storage.
   if (lora_.enabled()) lora_.refresh(group);

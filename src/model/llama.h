@@ -46,6 +46,10 @@ struct ModelOptions {
   // owns (bind_trainable_weights / bind_trainable_gradients) before the group is used.
   bool allocate_weights = true;
   bool allocate_gradients = true;
+  // Mixed precision with an f32 base: when false the model holds no compute-dtype copy of the
+  // weights; a parallel layer gathers each group in the compute dtype and binds it
+  // (bind_compute_weights) before the group is used (ZeRO-3).
+  bool allocate_compute_copies = true;
   // LoRA adapters (lora.r > 0): the base weights are frozen (no gradients, no optimizer state).
   LoraOptions lora;
   // The dtype the frozen LoRA base is held in: f32, or bf16 (half the bytes; needs
@@ -189,6 +193,12 @@ class LlamaModel {
   // (gradients), or with LoRA the adapters.
   void bind_trainable_weights(int group, const Tensor& storage);
   void bind_trainable_gradients(int group, const Tensor& storage);
+  // Returns whether the parallel layer must bind each group's compute-dtype weights
+  // (options().allocate_compute_copies false in a mixed-precision model with an f32 base).
+  bool binds_compute_weights() const { return compute_.enabled() && !compute_.owns_copies(); }
+  // Points the weights `group` computes with at `compute` (the group in the compute dtype)
+  // and `f32` (its f32 parts, packed; ComputeWeights::parts) until rebound; not owned.
+  void bind_compute_weights(int group, const Tensor& compute, const Tensor& f32);
   // Writes the initial values of full_trainable_layout() group `group` (layout size, padding
   // zero) into host memory: init_llama_group, or with LoRA the adapters' init (A
   // Kaiming-uniform, B 0). A tp rank's shard takes its part (the parallel layer maps it).

@@ -52,8 +52,9 @@ ModelMemory LlamaModel::parameter_memory(const LlamaConfig& shard_config,
   const auto layout = make_llama_layout(shard_config, options.decay_embeddings);
   const DType base_dtype = frozen_base_dtype(options);
   // A bf16 base computes as it is (Bf16BaseViews); an f32 master set in a bf16 model has
-  // compute-dtype copies (ComputeWeights), whatever the parallel layer binds.
-  if (base_dtype != DType::bf16 && options.compute_dtype != DType::f32)
+  // compute-dtype copies (ComputeWeights) unless the parallel layer binds gathered ones.
+  if (base_dtype != DType::bf16 && options.compute_dtype != DType::f32 &&
+      (options.allocate_compute_copies || options.lora.enabled()))
     memory.compute_copies = layout_bytes(*layout, dtype_size(options.compute_dtype));
   if (options.lora.enabled()) {
     const auto adapters = make_lora_layout(shard_config, options.lora);

@@ -30,6 +30,7 @@ Tensor whole(const Buffer& buffer) {
 
 ModelOptions DataParallelEngine::model_options(ModelOptions options, int zero_stage) {
   options.allocate_weights = zero_stage == 0;
+  options.allocate_compute_copies = zero_stage < 3;
   options.allocate_gradients = zero_stage <= 1;
   options.allocate_frozen = zero_stage <= 2;
   return options;
@@ -93,7 +94,7 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
 }
 
 DataParallelEngine::~DataParallelEngine() {
-  weight_slots_.wait_all();
+  wait_weight_slots();
   model_->set_group_hooks(nullptr);
   if (model_->backend().device().is_cpu()) mesh_->set_staging_allocator(nullptr);
 }
@@ -117,7 +118,6 @@ void DataParallelEngine::allocate_state(int micro_batches) {
       st.grad_sum = zeroed_buffer(backend, s.numel, MemoryCategory::gradients);
   }
   if (stage_ == 3) {
-    frozen_slot_offset_ = frozen_slot_offset(plan_);
     const DType dtype = model_->parameters().dtype();
     if (lora_) {
       frozen_shards_.resize(static_cast<size_t>(frozen_plan_.group_count()));
@@ -128,11 +128,17 @@ void DataParallelEngine::allocate_state(int micro_batches) {
         if (shard > 0) backend.fill_zero(frozen_shard(g));
       }
     }
-    weight_slots_ = SlotPool(backend, kWeightSlots,
-                             weight_slot_bytes(plan_, lora_ ? &frozen_plan_ : nullptr, dtype));
+    gather_dtype_ = model_->binds_compute_weights() ? model_->options().compute_dtype : DType::f32;
+    slot_plan_ = plan_weight_slots(model_->shard_config(), model_->trainable().layout(), plan_,
+                                   lora_ ? &frozen_plan_ : nullptr, dtype, gather_dtype_,
+                                   mesh_->prefetch());
+    for (int k = 0; k < 2; ++k)
+      weight_pools_[k] = SlotPool(backend, slot_plan_.count[k], slot_plan_.bytes[k]);
   }
   if (stage_ >= 2) {
-    gradient_slots_ = SlotPool(backend, kGradientSlots, plan_.max_padded());
+    const GradientSlotPlan gradient_slots = plan_gradient_slots(model_->config(), plan_);
+    for (int k = 0; k < 2; ++k)
+      gradient_pools_[k] = SlotPool(backend, gradient_slots.count[k], gradient_slots.elements[k]);
     if (micro_batches > 1) running_sum_slot_ = SlotPool(backend, 1, plan_.max_padded());
   }
 }
@@ -148,8 +154,9 @@ Tensor DataParallelEngine::frozen_shard(int group) const {
 }
 
 Tensor DataParallelEngine::frozen_slot_view(int slot, int group) const {
-  return weight_slots_.view(slot, model_->parameters().dtype(), frozen_slot_offset_,
-                            frozen_plan_.group(group).padded);
+  return weight_pool(group).view(slot, model_->parameters().dtype(),
+                                 slot_plan_.groups[static_cast<size_t>(group)].frozen_offset,
+                                 frozen_plan_.group(group).padded);
 }
 
 Tensor DataParallelEngine::optimizer_weights(int group) const {
@@ -265,7 +272,7 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
     report.applied = false;
     return report;
   }
-  weight_slots_.wait_all();  // no gather may still read the shards the step rewrites
+  wait_weight_slots();  // no gather may still read the shards the step rewrites
   if (offloaded()) {
     offloaded_step(lr, report.clip_scale / loss_scale);
     return report;
@@ -277,6 +284,14 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   }
   publish_weights();
   return report;
+}
+
+void DataParallelEngine::wait_weight_slots() {
+  for (SlotPool& pool : weight_pools_) pool.wait_all();
+}
+
+void DataParallelEngine::forget_weight_slots() {
+  for (SlotPool& pool : weight_pools_) pool.forget_cached();
 }
 
 std::vector<std::vector<DataParallelEngine::ElementRange>> DataParallelEngine::norm_ranges() const {
@@ -331,7 +346,7 @@ double DataParallelEngine::global_grad_norm() {
 
 void DataParallelEngine::publish_weights() {
   if (stage_ == 3) {
-    weight_slots_.forget_cached();
+    forget_weight_slots();
     return;
   }
   std::vector<std::unique_ptr<CommHandle>> gathers;

@@ -11,8 +11,10 @@
 //   stage 2  gradients reduce-scattered too: a rank keeps only its shard; full gradients
 //            exist only in a few group-sized slots while a group's backward runs.
 //   stage 3  weights sharded too: a group is all-gathered into a slot before each use in
-//            forward and backward, the next group in the pass is prefetched, and slots are
-//            reused after; the model's views are re-pointed with bind_weights/gradients.
+//            forward and backward (in the compute dtype, norms in f32: engine_slots.cpp), the
+//            next mesh.prefetch() groups of the pass are prefetched, and slots are reused
+//            after; the model's views are re-pointed with bind_compute_weights (mixed
+//            precision) or bind_weights/gradients. No full compute-dtype copy is held.
 // Tensor parallelism: the model holds its tp rank's shards (ModelOptions::tp, from
 // model_options(options, mesh)); every stage above runs on the data communicator (the dp x
 // fsdp ranks of one tp index), so each tp rank shards, reduces and steps its own slice, and
@@ -36,6 +38,7 @@
 // weights it computes with. Results are bitwise those without offload.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -44,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "model/compute_weights.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
 #include "optim/host_adamw.h"
@@ -93,9 +97,10 @@ struct PlannedMemory {
   int64_t workspace = 0;     // compute-dtype weight copies (mixed precision)
   // Not held at setup: the receive buffers of the ordered sums while they run (communication).
   // Stages 0-1 all-reduce every group's gradient and hold them until the micro-step ends;
-  // stages 2-3 have the reduce-scatters of up to two groups in flight (measured: 1.7 to 2.4
-  // times the largest group's bytes on the tiny preset, depending on timing), counted as two
-  // of the largest group. None with one data rank.
+  // stages 2-3 have as many reduce-scatters in flight as the gradient slots allow: one per
+  // layer slot, plus the head's (and with tied embeddings the table's) at their own sizes
+  // (measured on the tiny preset: up to exactly that, depending on timing). None with one
+  // data rank.
   int64_t collective_staging = 0;
   int64_t total() const {
     return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;
@@ -208,21 +213,71 @@ class DataParallelEngine final : private GroupHooks {
                                                             int64_t micro_batch_rows);
 
  private:
-  // Gathered-weight slots under stage 3 (the pinned tied embedding, the group in use, the
-  // prefetched next one) and full-gradient slots under stages 2-3 (the same, with a slot whose
-  // reduce-scatter is in flight in place of the prefetch).
-  static constexpr int kWeightSlots = 3;
-  static constexpr int kGradientSlots = 3;
-  // A weight slot holds a group's trainable weights (f32) and, with LoRA, its frozen base (in
-  // the base's dtype) behind them, at this byte offset: one gather of each fills it.
-  static size_t frozen_slot_offset(const ShardPlan& plan);
-  static size_t weight_slot_bytes(const ShardPlan& plan, const ShardPlan* frozen_plan,
-                                  DType frozen_dtype);
-  // Returns the bytes one step's stage-3 weight gathers move, playing the train passes of
-  // `micro_batches` micro-batches through the slot choices of acquire/release/prefetch;
-  // `group_bytes` is one gather of a group.
+
+ public:
+  // Where stage 3 puts one group in a weight slot (byte offsets into the slot). A group
+  // travels either whole in f32 (f32 models; the embedding table, a lookup; LoRA) or, in a
+  // mixed-precision model, whole in the compute dtype plus its f32 parts (norms, as the model
+  // reads them: ComputeWeights::parts) packed: each fsdp rank contributes the f32 parts inside
+  // its shard, padded to `packed` elements, and the receiver unpacks them in parts order.
+  struct SlotLayout {
+    bool compute = false;      // gathered in the compute dtype (+ packed f32 parts)
+    bool cast_locally = false;  // f32 gather that the model also reads in the compute dtype
+    ComputeParts parts;         // mixed precision only
+    int64_t packed = 0;         // compute: f32 part elements per rank in the packed gather
+    size_t f32_offset = 0;      // the f32 group, or (compute) its unpacked f32 parts
+    size_t compute_offset = 0;  // the compute-dtype group
+    size_t packed_offset = 0;   // compute: the packed gather (fsdp x packed f32)
+    size_t frozen_offset = 0;   // LoRA: the frozen base (its dtype)
+    size_t bytes = 0;           // the end of the last area
+    int64_t gather_bytes = 0;   // what one gather of the group moves (all areas)
+  };
+  // The stage-3 weight slots: a pool per kind (0: layer groups, 1: the embedding and head
+  // groups), each slot sized for the largest group of its kind; the engine allocates and
+  // `anvil plan` counts exactly these.
+  struct WeightSlotPlan {
+    std::vector<SlotLayout> groups;
+    std::array<size_t, 2> bytes{};
+    std::array<int, 2> count{};
+  };
+  // Returns the slot plan of a rank holding `plan` (and with LoRA `frozen_plan`, in
+  // `frozen_dtype`) of a model with `shard_config` and trainable `layout`; `gather_dtype` is
+  // the compute dtype the layer groups travel in (f32: everything travels in f32);
+  // `prefetch` groups are gathered ahead of the one in use.
+  static WeightSlotPlan plan_weight_slots(const LlamaConfig& shard_config,
+                                          const ParameterLayout& layout, const ShardPlan& plan,
+                                          const ShardPlan* frozen_plan, DType frozen_dtype,
+                                          DType gather_dtype, int prefetch);
+  // Returns the slot kind of `group` (0: a layer, 1: the embedding or the head).
+  static int slot_kind(const LlamaConfig& config, int group);
+  // The full-gradient slots of stages 2-3, a pool per kind, each slot sized for the largest
+  // padded group of its kind (elements): layers, the one in backward and one whose
+  // reduce-scatter is in flight; embedding and head, the head (and with tied embeddings the
+  // table, bound from the fused head to the end of the pass). None for a kind without
+  // trainable elements (LoRA's embedding and head).
+  struct GradientSlotPlan {
+    std::array<int64_t, 2> elements{};
+    std::array<int, 2> count{};
+  };
+  static GradientSlotPlan plan_gradient_slots(const LlamaConfig& config, const ShardPlan& plan);
+  // One piece of a packed f32 gather: `length` elements at `group_offset` in the group, at
+  // `unpacked_offset` in the unpacked parts.
+  struct PackedPiece {
+    int64_t group_offset = 0;
+    int64_t length = 0;
+    int64_t unpacked_offset = 0;
+  };
+  // Returns, in packed order, the f32 parts of a compute-gathered group inside fsdp shard `f`
+  // of `shard` elements.
+  static std::vector<PackedPiece> packed_pieces(const ComputeParts& parts, int64_t shard, int f);
+
+ private:
+  // Returns the bytes one step's stage-3 weight gathers move, playing the passes of
+  // `micro_batches` micro-batches through the slot choices of acquire/release/prefetch.
   static int64_t stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
-                                     const std::function<int64_t(int)>& group_bytes);
+                                     const WeightSlotPlan& slots, int prefetch);
+  // Returns the order in which a train (or eval) pass reads the groups' weights under stage 3.
+  static std::vector<int> stage3_weight_uses(const LlamaConfig& config, bool train);
 
   struct GroupStorage {
     Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model
@@ -288,12 +343,26 @@ class DataParallelEngine final : private GroupHooks {
   Tensor reduced_gradient_slice(int group) const;
   void begin_pass(Pass pass);
   void end_pass();
-  // Stage 3: makes group g's gathered weights available to the model, prefetching the next.
+  // Stage 3: makes group g's gathered weights available to the model, prefetching the next
+  // mesh().prefetch() groups of the pass.
   void acquire_weights(int group);
   void release_weights(int group);
   // Starts the gathers of group g's trainable weights and (with_frozen, LoRA) frozen base.
   void start_weight_gather(int group, int slot, bool with_frozen = true);
+  // Unpacks the f32 parts (or casts a tied embedding) of a gathered slot and binds the group.
+  void bind_gathered(int group, int slot);
+  // Returns whether `group` is among the next `prefetch` uses of the pass.
+  bool in_prefetch_window(int group) const;
   void prefetch_next_weights();
+  SlotPool& weight_pool(int group) { return weight_pools_[slot_kind(model_->config(), group)]; }
+  const SlotPool& weight_pool(int group) const {
+    return weight_pools_[slot_kind(model_->config(), group)];
+  }
+  SlotPool& gradient_pool(int group) {
+    return gradient_pools_[slot_kind(model_->config(), group)];
+  }
+  void wait_weight_slots();
+  void forget_weight_slots();
   // Stages 2-3: binds a zeroed gradient slot; starts the running-sum gather.
   void bind_gradient_slot(int group);
   void start_running_sum_gather(int group);
@@ -327,15 +396,16 @@ class DataParallelEngine final : private GroupHooks {
   bool lora_;
   ShardPlan frozen_plan_;        // LoRA: the frozen base's groups over the same mesh
   std::vector<Buffer> frozen_shards_;  // stage 3, LoRA: this rank's shard of each base group
-  size_t frozen_slot_offset_ = 0;      // byte offset of the frozen part in a weight slot
+  WeightSlotPlan slot_plan_;           // stage 3
+  DType gather_dtype_ = DType::f32;    // what the layer groups travel in under stage 3
   std::vector<std::vector<ParamSpan>> spans_;
   std::vector<std::vector<ElementRange>> norm_ranges_;
   std::vector<GroupStorage> storage_;
   std::unique_ptr<AdamW> optimizer_;          // without offload
   std::unique_ptr<HostAdamW> host_optimizer_;  // with offload (groups: optimizer_index)
   bool host_masters_stale_ = true;  // the device's weights were written since the last copy
-  SlotPool weight_slots_;
-  SlotPool gradient_slots_;
+  std::array<SlotPool, 2> weight_pools_;  // stage 3, by slot_kind
+  std::array<SlotPool, 2> gradient_pools_;  // stages 2-3, by slot_kind
   SlotPool running_sum_slot_;
   std::unique_ptr<CommHandle> running_sum_gather_;
   std::vector<std::unique_ptr<CommHandle>> all_reduces_;  // stages 0-1

@@ -4,6 +4,7 @@
 // chained steps of a reduction start in FIFO order for the same reason.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,20 +19,13 @@ namespace anvil {
 void DataParallelEngine::begin_pass(Pass pass) {
   pass_ = pass;
   use_position_ = 0;
-  weight_uses_.clear();
-  const int layers = model_->config().n_layers;
-  weight_uses_.push_back(kEmbeddingGroup);
-  for (int l = 0; l < layers; ++l) weight_uses_.push_back(layer_group(l));
-  weight_uses_.push_back(head_);
-  if (pass == Pass::train) {
-    for (int l = layers - 1; l >= 0; --l) weight_uses_.push_back(layer_group(l));
-    weight_uses_.push_back(kEmbeddingGroup);
-  }
+  weight_uses_ = stage3_weight_uses(model_->config(), pass == Pass::train);
 }
 
 void DataParallelEngine::end_pass() {
   // The tied embedding stays pinned for a whole pass (the head reads it after the layers).
-  for (int s = 0; s < weight_slots_.count(); ++s) weight_slots_.set_in_use(s, false);
+  for (SlotPool& pool : weight_pools_)
+    for (int s = 0; s < pool.count(); ++s) pool.set_in_use(s, false);
   pass_ = Pass::idle;
 }
 
@@ -58,7 +52,8 @@ void DataParallelEngine::after_forward(int group) {
 
 void DataParallelEngine::before_backward(int group) {
   poll_reductions(false);
-  if (stage_ == 3) acquire_weights(group);
+  // An untied embedding's backward reads no weight (stage3_weight_uses).
+  if (stage_ == 3 && (tied_ || group != kEmbeddingGroup)) acquire_weights(group);
   if (pass_ == Pass::train && stage_ >= 2) {
     if (!(tied_ && group == kEmbeddingGroup)) bind_gradient_slot(group);
     start_running_sum_gather(group);
@@ -105,16 +100,88 @@ void DataParallelEngine::close_group_span(int group, bool backward_done) {
 void DataParallelEngine::start_weight_gather(int group, int slot, bool with_frozen) {
   std::vector<std::unique_ptr<CommHandle>> gathers;
   const GroupShard& s = plan_.group(group);
+  const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
+  SlotPool& pool = weight_pool(group);
+  Communicator& fsdp = mesh_->fsdp();
   if (s.numel > 0) {
     const Tensor shard =
         storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard});
-    gathers.push_back(mesh_->fsdp().all_gather_async(shard, weight_slots_.tensor(slot, s.padded)));
+    if (layout.compute) {
+      // Each rank casts its shard into its place in the slot (element-wise, so the gathered
+      // values are the cast of the gathered masters) and packs its f32 parts beside it.
+      const Tensor all = pool.view(slot, gather_dtype_, layout.compute_offset, s.padded);
+      const Tensor mine = all.flat(s.shard_begin, s.shard);
+      model_->backend().cast(shard, mine);
+      gathers.push_back(fsdp.all_gather_async(mine, all));
+      if (layout.packed > 0) {
+        const Tensor packed = pool.view(slot, DType::f32, layout.packed_offset,
+                                        int64_t{fsdp.size()} * layout.packed);
+        const int f = static_cast<int>(s.shard_begin / s.shard);  // this rank's fsdp index
+        const Tensor own = packed.flat(int64_t{f} * layout.packed, layout.packed);
+        int64_t at = 0;
+        for (const PackedPiece& piece : packed_pieces(layout.parts, s.shard, f)) {
+          model_->backend().copy(own.flat(at, piece.length),
+                                 shard.flat(piece.group_offset - s.shard_begin, piece.length));
+          at += piece.length;
+        }
+        gathers.push_back(fsdp.all_gather_async(own, packed));
+      }
+    } else {
+      gathers.push_back(fsdp.all_gather_async(shard, pool.tensor(slot, s.padded)));
+    }
   }
   if (with_frozen && lora_ && frozen_plan_.group(group).numel > 0) {
-    gathers.push_back(
-        mesh_->fsdp().all_gather_async(frozen_shard(group), frozen_slot_view(slot, group)));
+    gathers.push_back(fsdp.all_gather_async(frozen_shard(group), frozen_slot_view(slot, group)));
   }
-  weight_slots_.set_pending(slot, std::move(gathers));
+  pool.set_pending(slot, std::move(gathers));
+}
+
+void DataParallelEngine::bind_gathered(int group, int slot) {
+  const GroupShard& s = plan_.group(group);
+  SlotPool& pool = weight_pool(group);
+  if (gather_dtype_ == DType::f32) {
+    if (s.numel > 0) model_->bind_trainable_weights(group, pool.tensor(slot, s.padded));
+    if (lora_) model_->bind_weights(group, frozen_slot_view(slot, group));
+    return;
+  }
+  const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
+  Backend& backend = model_->backend();
+  const Tensor compute =
+      layout.parts.reads_compute
+          ? pool.view(slot, gather_dtype_, layout.compute_offset, s.padded)
+          : Tensor();
+  Tensor f32;
+  if (layout.compute) {
+    f32 = pool.view(slot, DType::f32, layout.f32_offset, layout.parts.f32_numel);
+    if (!pool.prepared(slot) && layout.packed > 0) {
+      const Tensor packed = pool.view(slot, DType::f32, layout.packed_offset,
+                                      int64_t{mesh_->fsdp().size()} * layout.packed);
+      for (int f = 0; f < mesh_->fsdp().size(); ++f) {
+        int64_t at = int64_t{f} * layout.packed;
+        for (const PackedPiece& piece : packed_pieces(layout.parts, s.shard, f)) {
+          backend.copy(f32.flat(piece.unpacked_offset, piece.length),
+                       packed.flat(at, piece.length));
+          at += piece.length;
+        }
+      }
+    }
+  } else {
+    // One f32 part: the group's only parameter (the embedding table, a tied head's norm).
+    const ComputeParts::Range& range = layout.parts.f32.front();
+    f32 = pool.tensor(slot, s.padded).flat(range.offset, range.length);
+    if (!pool.prepared(slot) && layout.cast_locally)
+      backend.cast(pool.tensor(slot, s.padded), compute);
+  }
+  pool.set_prepared(slot);
+  model_->bind_compute_weights(group, compute, f32);
+}
+
+bool DataParallelEngine::in_prefetch_window(int group) const {
+  const size_t end = std::min(weight_uses_.size(),
+                              use_position_ + static_cast<size_t>(mesh_->prefetch()));
+  for (size_t i = use_position_; i < end; ++i)
+    if (weight_uses_[i] == group) return true;
+  return false;
 }
 
 void DataParallelEngine::acquire_weights(int group) {
@@ -124,44 +191,50 @@ void DataParallelEngine::acquire_weights(int group) {
     ++use_position_;
   }
   if (use_position_ < weight_uses_.size()) ++use_position_;
-  int slot = weight_slots_.find(group);
+  SlotPool& pool = weight_pool(group);
+  int slot = pool.find(group);
   if (slot < 0) {
-    slot = weight_slots_.take(group);
+    slot = pool.take_unclaimed(group, [&](int g) { return in_prefetch_window(g); });
+    ANVIL_CHECK(slot >= 0, "[parallel] no weight slot is free for group {}", group);
     start_weight_gather(group, slot);
   }
-  weight_slots_.wait(slot);
-  weight_slots_.set_in_use(slot, true);
-  if (plan_.group(group).numel > 0) {
-    model_->bind_trainable_weights(group, weight_slots_.tensor(slot, plan_.group(group).padded));
-  }
-  if (lora_) model_->bind_weights(group, frozen_slot_view(slot, group));
+  pool.wait(slot);
+  pool.set_in_use(slot, true);
+  bind_gathered(group, slot);
   prefetch_next_weights();
 }
 
 void DataParallelEngine::prefetch_next_weights() {
-  if (use_position_ >= weight_uses_.size()) return;
-  const int next = weight_uses_[use_position_];
-  if (weight_slots_.find(next) >= 0) return;
-  const int slot = weight_slots_.take_without_waiting(next);
-  if (slot >= 0) start_weight_gather(next, slot);
+  const size_t end = std::min(weight_uses_.size(),
+                              use_position_ + static_cast<size_t>(mesh_->prefetch()));
+  for (size_t i = use_position_; i < end; ++i) {
+    const int next = weight_uses_[i];
+    SlotPool& pool = weight_pool(next);
+    if (pool.find(next) >= 0) continue;
+    const int slot = pool.take_unclaimed(next, [&](int g) { return in_prefetch_window(g); });
+    if (slot < 0) break;
+    start_weight_gather(next, slot);
+  }
 }
 
 void DataParallelEngine::release_weights(int group) {
   if (tied_ && group == kEmbeddingGroup) return;  // pinned until end_pass
-  const int slot = weight_slots_.find(group);
-  if (slot >= 0) weight_slots_.set_in_use(slot, false);
+  SlotPool& pool = weight_pool(group);
+  const int slot = pool.find(group);
+  if (slot >= 0) pool.set_in_use(slot, false);
 }
 
 void DataParallelEngine::bind_gradient_slot(int group) {
   if (plan_.group(group).numel == 0) return;  // nothing trains here
-  int slot = gradient_slots_.take_without_waiting(group);
+  SlotPool& pool = gradient_pool(group);
+  int slot = pool.take_without_waiting(group);
   while (slot < 0) {
     ANVIL_CHECK(scatter_pending(), "[parallel] every gradient slot is in use");
     poll_reductions(true);
-    slot = gradient_slots_.take_without_waiting(group);
+    slot = pool.take_without_waiting(group);
   }
-  gradient_slots_.set_in_use(slot, true);
-  const Tensor full = gradient_slots_.tensor(slot, plan_.group(group).padded);
+  pool.set_in_use(slot, true);
+  const Tensor full = pool.tensor(slot, plan_.group(group).padded);
   model_->backend().fill_zero(full);
   model_->bind_trainable_gradients(group, full);
   gradient_slot_of_[static_cast<size_t>(group)] = slot;
@@ -197,7 +270,7 @@ void DataParallelEngine::reduce_gradient(int group) {
   const GroupShard& s = plan_.group(group);
   const int slot = gradient_slot_of_[static_cast<size_t>(group)];
   ANVIL_CHECK(slot >= 0, "[parallel] group {} finished backward without a gradient slot", group);
-  const Tensor full = gradient_slots_.tensor(slot, s.padded);
+  const Tensor full = gradient_pool(group).tensor(slot, s.padded);
   if (micro_step_ > 0) {
     running_sum_gather_->wait();
     running_sum_gather_.reset();
@@ -222,7 +295,7 @@ bool DataParallelEngine::scatter_pending() const {
 }
 
 void DataParallelEngine::poll_reductions(bool wait_for_one) {
-  weight_slots_.poll();
+  for (SlotPool& pool : weight_pools_) pool.poll();
   for (auto& handle : all_reduces_) handle->test();
   // Scatters complete (as far as this rank knows) in FIFO order, and each starts its
   // assembling gather in that order, so every dp peer starts those gathers identically.
@@ -236,7 +309,7 @@ void DataParallelEngine::poll_reductions(bool wait_for_one) {
         break;
       }
       p.scatter.reset();
-      gradient_slots_.set_in_use(p.slot, false);
+      gradient_pool(p.group).set_in_use(p.slot, false);
       if (mesh_->dp().size() > 1) {
         const GroupShard& s = plan_.group(p.group);
         const Tensor shard =

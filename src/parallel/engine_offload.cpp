@@ -69,7 +69,7 @@ void DataParallelEngine::offloaded_step(double lr, double grad_scale) {
   }
   for (auto& gather : gathers)
     if (gather) gather->wait();
-  if (stage_ == 3) weight_slots_.forget_cached();
+  if (stage_ == 3) forget_weight_slots();
 }
 
 MemorySnapshot DataParallelEngine::host_memory() const {

@@ -15,8 +15,6 @@
 namespace anvil {
 namespace {
 
-constexpr size_t kSlotAlignment = 64;
-
 // Returns `options` as the engine builds its model on a rank of `shape` (rank 0 of tp and cp;
 // the collectives are not needed to plan).
 ModelOptions mesh_model_options(const ModelOptions& options, const MeshShape& shape,
@@ -34,6 +32,7 @@ ModelOptions mesh_model_options(const ModelOptions& options, const MeshShape& sh
 
 // The layouts a rank of `shape` trains and (LoRA) holds frozen, and their shard plans.
 struct PlannedLayouts {
+  LlamaConfig shard;
   std::shared_ptr<const ParameterLayout> trainable;
   std::shared_ptr<const ParameterLayout> frozen;  // LoRA only
   ShardPlan plan;
@@ -45,6 +44,7 @@ PlannedLayouts planned_layouts(const LlamaConfig& config, const ModelOptions& op
   const LlamaConfig shard = tp_shard_config(config, shape.tp);
   const int data_world = shape.dp * shape.fsdp * shape.cp;
   PlannedLayouts out;
+  out.shard = shard;
   const auto base = make_llama_layout(shard, options.decay_embeddings);
   if (options.lora.enabled()) {
     out.trainable = make_lora_layout(shard, options.lora);
@@ -57,19 +57,20 @@ PlannedLayouts planned_layouts(const LlamaConfig& config, const ModelOptions& op
   return out;
 }
 
+// The stage-3 weight slots the engine would plan for `layouts` (DataParallelEngine's
+// allocate_state): the layer groups travel in the compute dtype unless the model computes in
+// f32 or trains LoRA adapters.
+DataParallelEngine::WeightSlotPlan planned_weight_slots(const PlannedLayouts& layouts,
+                                                        const ModelOptions& options,
+                                                        int prefetch) {
+  const bool lora = options.lora.enabled();
+  const DType gather_dtype = lora ? DType::f32 : options.compute_dtype;
+  return DataParallelEngine::plan_weight_slots(
+      layouts.shard, *layouts.trainable, layouts.plan, lora ? &layouts.frozen_plan : nullptr,
+      LlamaModel::frozen_base_dtype(options), gather_dtype, prefetch);
+}
+
 }  // namespace
-
-size_t DataParallelEngine::frozen_slot_offset(const ShardPlan& plan) {
-  const size_t bytes = static_cast<size_t>(plan.max_padded()) * sizeof(float);
-  return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
-}
-
-size_t DataParallelEngine::weight_slot_bytes(const ShardPlan& plan, const ShardPlan* frozen_plan,
-                                             DType frozen_dtype) {
-  if (frozen_plan == nullptr) return static_cast<size_t>(plan.max_padded()) * sizeof(float);
-  return frozen_slot_offset(plan) +
-         static_cast<size_t>(frozen_plan->max_padded()) * dtype_size(frozen_dtype);
-}
 
 PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
                                                 const ModelOptions& options,
@@ -109,82 +110,28 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
         report.frozen += layouts.frozen_plan.group(g).shard *
                          static_cast<int64_t>(dtype_size(frozen_dtype));
     }
-    report.comm_buffers += kWeightSlots * static_cast<int64_t>(weight_slot_bytes(
-                                              plan, lora ? &layouts.frozen_plan : nullptr,
-                                              frozen_dtype));
+    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
+    for (int k = 0; k < 2; ++k)
+      report.comm_buffers += slots.count[k] * static_cast<int64_t>(slots.bytes[k]);
   }
   if (zero_stage >= 2) {
-    report.comm_buffers += kGradientSlots * plan.max_padded() * f32;
+    const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
+    for (int k = 0; k < 2; ++k) report.comm_buffers += slots.count[k] * slots.elements[k] * f32;
     if (micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
   }
   if (shape.dp * shape.fsdp > 1) {
-    report.collective_staging = zero_stage <= 1 ? static_cast<int64_t>(model.gradients)
-                                                : 2 * plan.max_padded() * f32;
+    report.collective_staging = static_cast<int64_t>(model.gradients);
+    if (zero_stage >= 2) {
+      // As many reduce-scatters as the gradient slots let start before the oldest finishes:
+      // one per layer slot, and the head's and (tied) the table's, each of its own size.
+      const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
+      int64_t outer = slots.elements[1];
+      if (config.tie_embeddings)
+        outer = plan.group(kEmbeddingGroup).padded + plan.group(head_group(config)).padded;
+      report.collective_staging = (slots.count[0] * slots.elements[0] + outer) * f32;
+    }
   }
   return report;
-}
-
-int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
-                                                const std::function<int64_t(int)>& group_bytes) {
-  // The engine's slots as SlotPool keeps them: a slot not in use is reused least recently
-  // taken first (SlotPool::pick). Gathers complete before the next hook in this account, and
-  // that does not change which slot is picked: the only slot with a gather in flight at a
-  // prefetch is the one the prefetch itself fills.
-  struct Slot {
-    int group = -1;
-    bool in_use = false;
-    uint64_t last_taken = 0;
-  };
-  std::vector<Slot> slots(kWeightSlots);
-  uint64_t clock = 0;
-  int64_t total = 0;
-  auto find = [&](int group) {
-    for (size_t s = 0; s < slots.size(); ++s)
-      if (slots[s].group == group) return static_cast<int>(s);
-    return -1;
-  };
-  auto take = [&](int group) {
-    int best = -1;
-    for (size_t s = 0; s < slots.size(); ++s) {
-      if (slots[s].in_use) continue;
-      if (best < 0 || slots[s].last_taken < slots[static_cast<size_t>(best)].last_taken)
-        best = static_cast<int>(s);
-    }
-    if (best < 0) return best;
-    slots[static_cast<size_t>(best)].group = group;
-    slots[static_cast<size_t>(best)].last_taken = ++clock;
-    total += group_bytes(group);
-    return best;
-  };
-  // begin_pass(train)'s use order, and the hooks of forward_backward (GroupHooks).
-  const int layers = config.n_layers, head = head_group(config);
-  std::vector<int> uses = {kEmbeddingGroup};
-  for (int l = 0; l < layers; ++l) uses.push_back(layer_group(l));
-  uses.push_back(head);
-  for (int l = layers - 1; l >= 0; --l) uses.push_back(layer_group(l));
-  uses.push_back(kEmbeddingGroup);
-  for (int m = 0; m < micro_batches; ++m) {
-    size_t position = 0;
-    auto acquire = [&](int group) {
-      while (position < uses.size() && uses[position] != group) ++position;
-      if (position < uses.size()) ++position;
-      int slot = find(group);
-      if (slot < 0) slot = take(group);
-      slots[static_cast<size_t>(slot)].in_use = true;
-      if (position < uses.size() && find(uses[position]) < 0) take(uses[position]);  // prefetch
-    };
-    auto release = [&](int group) {
-      if (config.tie_embeddings && group == kEmbeddingGroup) return;  // pinned for the pass
-      const int slot = find(group);
-      if (slot >= 0) slots[static_cast<size_t>(slot)].in_use = false;
-    };
-    for (const int group : uses) {
-      acquire(group);
-      release(group);
-    }
-    for (Slot& slot : slots) slot.in_use = false;  // end_pass
-  }
-  return total;
 }
 
 std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
@@ -230,15 +177,9 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
     add("fsdp", "weight all-gather after the step", Kind::all_gather, shape.fsdp, padded * f32,
         false);
   if (zero_stage == 3) {
-    const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
-    const int64_t bytes = stage3_gather_bytes(config, micro_batches, [&](int g) {
-      // A group's gather: its trainable part and (LoRA) its frozen base.
-      int64_t b = plan.group(g).numel > 0 ? plan.group(g).padded * f32 : 0;
-      if (layouts.frozen && layouts.frozen_plan.group(g).numel > 0)
-        b += layouts.frozen_plan.group(g).padded * static_cast<int64_t>(dtype_size(frozen_dtype));
-      return b;
-    });
-    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp, bytes, true);
+    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
+    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp,
+        stage3_gather_bytes(layouts.shard, micro_batches, slots, parallel.prefetch), true);
   }
   // Tensor parallelism (estimate, (N, C) f32 sums of one micro-batch each): the row-parallel
   // outputs of attention and MLP in forward and the column-parallel input gradients in

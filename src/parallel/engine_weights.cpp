@@ -74,14 +74,14 @@ void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t cou
   const int64_t first = std::max(begin, lo);
   const int64_t last = std::min(begin + count, hi);
   if (first >= last) return;
-  weight_slots_.wait_all();
+  wait_weight_slots();
   const Tensor target = stage_ == 3
                             ? storage_[static_cast<size_t>(group)]
                                   .weight_shard.as(DType::f32, Shape{s.shard})
                                   .flat(first - lo, last - first)
                             : model_weights(group).flat(first, last - first);
   model_->backend().copy_from_host(target, values + (first - begin));
-  if (stage_ == 3) weight_slots_.forget_cached();
+  if (stage_ == 3) forget_weight_slots();
   host_masters_stale_ = true;  // an offloaded optimizer re-reads its masters before the step
 }
 
@@ -143,19 +143,29 @@ void DataParallelEngine::gather_local_weights(int group, float* host) {
     model_->backend().copy_to_host(host, model_weights(group));
     return;
   }
-  const int cached = weight_slots_.find(group);
+  if (gather_dtype_ != DType::f32) {
+    // The slots hold the compute dtype: the f32 masters are gathered apart.
+    const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
+    const Tensor all = gathered.as(DType::f32, Shape{s.padded});
+    mesh_->fsdp().all_gather(
+        storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard}), all);
+    model_->backend().copy_to_host(host, all.flat(0, s.numel));
+    return;
+  }
+  SlotPool& pool = weight_pool(group);
+  const int cached = pool.find(group);
   if (cached >= 0) {
-    weight_slots_.wait(cached);
-    model_->backend().copy_to_host(host, weight_slots_.tensor(cached, s.numel));
+    pool.wait(cached);
+    model_->backend().copy_to_host(host, pool.tensor(cached, s.numel));
     return;
   }
   // Only the trainable part: a checkpoint never needs the frozen base gathered. The slot then
   // holds an incomplete group, so nothing may take it for a cached copy afterwards.
-  const int slot = weight_slots_.take(group);
+  const int slot = pool.take(group);
   start_weight_gather(group, slot, false);
-  weight_slots_.wait(slot);
-  model_->backend().copy_to_host(host, weight_slots_.tensor(slot, s.numel));
-  weight_slots_.forget_cached();
+  pool.wait(slot);
+  model_->backend().copy_to_host(host, pool.tensor(slot, s.numel));
+  forget_weight_slots();
 }
 
 void DataParallelEngine::set_frozen_weights(int index, const float* values) {
@@ -179,11 +189,11 @@ void DataParallelEngine::set_frozen_weights(int index, const float* values) {
   const int64_t first = std::max(info.offset, s.shard_begin);
   const int64_t last = std::min(info.offset + info.numel(), s.shard_begin + s.shard_length);
   if (first >= last) return;
-  weight_slots_.wait_all();
+  wait_weight_slots();
   write_f32_values(model_->backend(),
                    frozen_shard(info.group).flat(first - s.shard_begin, last - first),
                    local_values + (first - info.offset));
-  weight_slots_.forget_cached();
+  forget_weight_slots();
 }
 
 std::shared_ptr<const ParameterLayout> DataParallelEngine::trainable_layout_at_tp(int tp) const {

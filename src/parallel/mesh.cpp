@@ -69,6 +69,8 @@ class CommunicatorContextParallel final : public ContextParallelOps {
 MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
   ANVIL_CHECK(settings.zero_stage >= 0 && settings.zero_stage <= 3,
               "[parallel] zero_stage must be 0, 1, 2 or 3, got {}", settings.zero_stage);
+  ANVIL_CHECK(settings.prefetch >= 1, "[parallel] prefetch must be at least 1, got {}",
+              settings.prefetch);
   ANVIL_CHECK(settings.dp >= 0 && settings.fsdp >= 0,
               "[parallel] dp and fsdp must be >= 1 (or 0 for automatic), got dp = {}, fsdp = {}",
               settings.dp, settings.fsdp);

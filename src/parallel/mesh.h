@@ -34,6 +34,7 @@ struct ParallelSettings {
   bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int zero_stage = 0;  // 0 replicate, 1 shard optimizer state, 2 + gradients, 3 + weights
   bool offload = false;
+  int prefetch = 1;  // ZeRO-3: groups gathered ahead of the one in use (>= 1)
 };
 
 // Resolved axis sizes; dp * fsdp * tp * cp equals the world size.
@@ -82,6 +83,7 @@ class DeviceMesh {
   const MeshShape& shape() const { return shape_; }
   int zero_stage() const { return settings_.zero_stage; }
   bool offload() const { return settings_.offload; }
+  int prefetch() const { return settings_.prefetch; }
   // Returns this rank's index in data() and data()'s size (the engine's reduction and
   // sharding ranks; they equal sample_rank()/sample_world() when cp is 1).
   int data_rank() const { return data_->rank(); }

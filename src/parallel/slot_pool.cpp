@@ -51,8 +51,25 @@ int SlotPool::take(int group) {
   ANVIL_CHECK(s >= 0, "[parallel] every one of the {} slots is in use", count());
   Slot& slot = slots_[static_cast<size_t>(s)];
   slot.group = group;
+  slot.prepared = false;
   slot.last_taken = ++clock_;
   return s;
+}
+
+int SlotPool::take_unclaimed(int group, const std::function<bool(int)>& keep) {
+  int best = -1;
+  for (int s = 0; s < count(); ++s) {
+    const Slot& slot = slots_[static_cast<size_t>(s)];
+    if (slot.in_use || (slot.group >= 0 && keep(slot.group))) continue;
+    if (best < 0 || slot.last_taken < slots_[static_cast<size_t>(best)].last_taken) best = s;
+  }
+  if (best < 0) return best;
+  wait(best);
+  Slot& slot = slots_[static_cast<size_t>(best)];
+  slot.group = group;
+  slot.prepared = false;
+  slot.last_taken = ++clock_;
+  return best;
 }
 
 int SlotPool::take_without_waiting(int group) {
@@ -60,6 +77,7 @@ int SlotPool::take_without_waiting(int group) {
   if (s < 0) return s;
   Slot& slot = slots_[static_cast<size_t>(s)];
   slot.group = group;
+  slot.prepared = false;
   slot.last_taken = ++clock_;
   return s;
 }
@@ -91,7 +109,10 @@ void SlotPool::wait_all() {
 
 void SlotPool::forget_cached() {
   for (Slot& slot : slots_) {
-    if (!slot.in_use) slot.group = -1;
+    if (!slot.in_use) {
+      slot.group = -1;
+      slot.prepared = false;
+    }
   }
 }
 

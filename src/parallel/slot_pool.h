@@ -1,5 +1,5 @@
-// SlotPool: a few buffers, each big enough for the largest parameter group, that hold one
-// group's gathered weights or full gradient at a time (ZeRO stages 2 and 3). A slot is
+// SlotPool: a few buffers, each big enough for the largest parameter group of one kind, that
+// hold one group's gathered weights or full gradient at a time (ZeRO stages 2 and 3). A slot is
 //   in use   while the model reads or writes it (between a group's hooks),
 //   pending  while a collective reads or writes it (a prefetch gather, a gradient
 //            reduce-scatter), and
@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,9 +43,16 @@ class SlotPool {
   int take(int group);
   // Like take, but returns -1 instead of waiting.
   int take_without_waiting(int group);
+  // Returns a slot for `group`: the least recently taken slot that is not in use and whose
+  // group `keep` does not claim, waiting for its collective if one is pending; -1 when there
+  // is none. The choice depends only on the calls made, never on when collectives finish.
+  int take_unclaimed(int group, const std::function<bool(int)>& keep);
 
   void set_in_use(int s, bool in_use) { slots_[static_cast<size_t>(s)].in_use = in_use; }
   bool in_use(int s) const { return slots_[static_cast<size_t>(s)].in_use; }
+  // Marks slot s's content as prepared for use (set by the owner; cleared when s is taken).
+  void set_prepared(int s) { slots_[static_cast<size_t>(s)].prepared = true; }
+  bool prepared(int s) const { return slots_[static_cast<size_t>(s)].prepared; }
   // Records the collectives that now read or write slot s (after waiting for earlier ones).
   void set_pending(int s, std::vector<std::unique_ptr<CommHandle>> handles);
   // Waits for slot s's collective, if any.
@@ -61,6 +69,7 @@ class SlotPool {
     Buffer buffer;
     int group = -1;
     bool in_use = false;
+    bool prepared = false;
     std::vector<std::unique_ptr<CommHandle>> pending;  // empty when none is in flight
     uint64_t pending_order = 0;  // when the pending collective started
     uint64_t last_taken = 0;

@@ -102,6 +102,8 @@ struct ParallelConfigSection {
   bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int64_t zero_stage = 0;
   bool offload = false;
+  // ZeRO-3: parameter groups gathered ahead of the one in use (transient compute-dtype slots).
+  int64_t prefetch = 1;
   // Overlap collectives with compute (stage-3 prefetch, reductions in flight during backward);
   // false makes every collective complete where it starts (for measuring what overlap hides).
   bool overlap = true;

@@ -86,6 +86,9 @@ const std::vector<ConfigField>& config_fields() {
                          "tp > 1: split the residual stream over the tp ranks by sequence"),
       ANVIL_CONFIG_FIELD(parallel, zero_stage, "ZeRO stage 0-3 on the fsdp axis"),
       ANVIL_CONFIG_FIELD(parallel, offload, "keep optimizer state on the host"),
+      ANVIL_CONFIG_FIELD(parallel, prefetch,
+                         "ZeRO-3: groups gathered ahead of the one in use (>= 1; each "
+                         "holds one layer in the compute dtype)"),
       ANVIL_CONFIG_FIELD(parallel, overlap,
                          "overlap collectives with compute (false: each completes where it starts)"),
       ANVIL_CONFIG_FIELD(parallel, collective_timeout_s,

@@ -221,6 +221,9 @@ void validate_rest(const TrainConfig& config) {
   ANVIL_CHECK(config.parallel.zero_stage >= 0 && config.parallel.zero_stage <= 3,
               "[config] parallel.zero_stage must be 0, 1, 2 or 3, got {}",
               config.parallel.zero_stage);
+  ANVIL_CHECK(config.parallel.prefetch >= 1 && config.parallel.prefetch <= 64,
+              "[config] parallel.prefetch must be 1..64 groups gathered ahead, got {}",
+              config.parallel.prefetch);
   ANVIL_CHECK(config.parallel.collective_timeout_s >= 0 &&
                   std::isfinite(config.parallel.collective_timeout_s),
               "[config] parallel.collective_timeout_s must be >= 0 seconds (0 disables the hang "

@@ -35,6 +35,7 @@ ParallelSettings parallel_settings_from(const ParallelConfigSection& parallel) {
   settings.sequence_parallel = parallel.sequence_parallel;
   settings.zero_stage = static_cast<int>(parallel.zero_stage);
   settings.offload = parallel.offload;
+  settings.prefetch = static_cast<int>(parallel.prefetch);
   return settings;
 }
 

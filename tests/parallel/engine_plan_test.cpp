@@ -17,7 +17,7 @@ using ptest::RunSpec;
 TEST(EnginePlan, PlannedMemoryEqualsTheBuiltEnginesReport) {
   auto comm = make_single_process_communicator();
   for (int stage = 0; stage <= 3; ++stage) {
-    for (int variant = 0; variant < 5; ++variant) {
+    for (int variant = 0; variant < 7; ++variant) {
       RunSpec spec;
       spec.zero_stage = stage;
       if (variant == 1) spec.grad_accum = 3;
@@ -29,6 +29,13 @@ TEST(EnginePlan, PlannedMemoryEqualsTheBuiltEnginesReport) {
       if (variant == 4) {
         spec.lora_r = 2;
         spec.tied = false;
+        spec.grad_accum = 2;
+      }
+      if (variant == 5) spec.dtype = DType::bf16;  // stage 3: gathered bf16, no copies
+      if (variant == 6) {
+        spec.dtype = DType::bf16;
+        spec.tied = false;
+        spec.prefetch = 3;
         spec.grad_accum = 2;
       }
       SCOPED_TRACE(::testing::Message() << "stage " << stage << " variant " << variant);

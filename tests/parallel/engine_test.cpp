@@ -117,6 +117,12 @@ INSTANTIATE_TEST_SUITE_P(Stages, EveryStageAtWorldOne,
                                            StageCase{1, 3, false}, StageCase{2, 3, true},
                                            StageCase{3, 3, true}, StageCase{3, 2, false}),
                          stage_case_name);
+// Mixed precision: stage 3 gathers bf16 layers (f32 norms, f32 embedding table) into slots.
+INSTANTIATE_TEST_SUITE_P(
+    Bf16, EveryStageAtWorldOne,
+    ::testing::Values(StageCase{3, 1, true, 0, DType::bf16}, StageCase{3, 2, false, 0, DType::bf16},
+                      StageCase{2, 1, true, 0, DType::bf16}),
+    stage_case_name);
 // LoRA: the adapters train under every stage and stage 3 shards (and gathers) the base too.
 INSTANTIATE_TEST_SUITE_P(
     Lora, EveryStageAtWorldOne,

@@ -67,6 +67,8 @@ struct RunSpec {
   bool doc_mask = false;
   // Each layer's window, sparse pattern and sinks (ModelOptions::attention).
   AttentionSchedule attention;
+  // ZeRO-3: groups gathered ahead of the one in use.
+  int prefetch = 1;
 
   ParallelSettings parallel_settings() const {
     ParallelSettings settings;
@@ -76,6 +78,7 @@ struct RunSpec {
     settings.tp = tp;
     settings.sequence_parallel = sequence_parallel;
     settings.cp = cp;
+    settings.prefetch = prefetch;
     return settings;
   }
 
@@ -243,8 +246,9 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
     int64_t& end = group_elements[static_cast<size_t>(p.group)];
     end = (end + p.shape.numel() + 15) / 16 * 16;
   }
-  int64_t weights = 0, optimizer = 0, largest = 0;
-  for (const int64_t elements : group_elements) {
+  int64_t weights = 0, optimizer = 0, largest = 0, largest_layer = 0, largest_outer = 0;
+  for (size_t g = 0; g < group_elements.size(); ++g) {
+    const int64_t elements = group_elements[g];
     const int64_t unit = 16 * static_cast<int64_t>(world);
     const int64_t padded = (elements + unit - 1) / unit * unit;
     const int64_t shard = spec.zero_stage == 3 ? padded / world : elements;
@@ -252,8 +256,12 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
     weights += 4 * shard;
     optimizer += 8 * std::clamp<int64_t>(elements - first, 0, shard);
     largest = std::max(largest, padded);
+    // Slots come per kind: layers, and the embedding (group 0) and head (the last group).
+    int64_t& of_kind = g == 0 || g + 1 == group_elements.size() ? largest_outer : largest_layer;
+    of_kind = std::max(of_kind, padded);
   }
   EXPECT_TRUE(spec.zero_stage == 0 || spec.zero_stage == 3) << "stage 0 or 3 only";
+  EXPECT_EQ(spec.dtype, DType::f32) << "f32 weight slots only";
   EXPECT_EQ(spec.lora_r, 0) << "no LoRA";
   MemoryByCategory expected{};
   auto at = [&](MemoryCategory c) -> int64_t& { return expected[static_cast<size_t>(c)]; };
@@ -262,8 +270,14 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
                                                      spec.grad_accum > 1 ? 2 : 1);
   at(MemoryCategory::optimizer_state) = optimizer;
   at(MemoryCategory::activations) = static_cast<int64_t>(model.activation_bytes());
+  // Stage 3: weight slots (1 + prefetch layers, 1 or with tied embeddings 2 outer), gradient
+  // slots (2 layers, 1 or 2 outer), and with several micro-batches a running-sum slot.
+  const int64_t outer = spec.tied ? 2 : 1;
   if (spec.zero_stage == 3)
-    at(MemoryCategory::communication) = (3 + 3 + (spec.grad_accum > 1 ? 1 : 0)) * 4 * largest;
+    at(MemoryCategory::communication) =
+        4 * ((1 + spec.prefetch) * largest_layer + outer * largest_outer) +
+        4 * (2 * largest_layer + outer * largest_outer) +
+        (spec.grad_accum > 1 ? 4 * largest : 0);
   return expected;
 }
 

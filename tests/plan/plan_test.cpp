@@ -1,9 +1,10 @@
 // `anvil plan`'s predictor (plan/plan.h): the reference workloads of docs/plan.md, whose
 // per-device bytes are recomputed here by arithmetic from the architecture and the documented
 // layout rules (every tensor aligned to 16 elements, a group padded to 16 x world elements
-// and cut into fsdp shards, 256-byte arena views, three gather and three gradient slots of
-// the largest group); the errors for meshes and configurations a run would refuse and for
-// nothing fitting; --fit's ranking; and the --json schema.
+// and cut into fsdp shards, 256-byte arena views, ZeRO-3 weight and gradient slots per kind
+// (layers; the embedding and head), weights in the compute dtype); the errors for meshes and
+// configurations a run would refuse and for nothing fitting; --fit's ranking; and the --json
+// schema.
 #include "plan/plan.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "train/config.h"
@@ -66,7 +68,51 @@ struct Arch {
     return std::max({padded(embedding_group(), world), padded(layer_group(), world),
                      padded(head_group(), world)});
   }
+  // Where the layer group's second norm (post_attention_layernorm) starts: after the first
+  // norm and q, k, v, o.
+  int64_t mlp_norm_offset() const {
+    return align16(C) + 2 * align16(q() * C) + 2 * align16(kv() * C);
+  }
 };
+
+int64_t align64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// The f32 norm elements the fsdp rank with the most of them holds of a group of padded size
+// `p` whose norms (C elements each) start at `offsets`: the per-rank size of the packed gather.
+int64_t packed_norms(int64_t p, int fsdp, int64_t c, const std::vector<int64_t>& offsets) {
+  const int64_t shard = p / fsdp;
+  int64_t most = 0;
+  for (int f = 0; f < fsdp; ++f) {
+    int64_t count = 0;
+    for (const int64_t o : offsets)
+      count += std::max<int64_t>(0, std::min(o + c, (f + 1) * shard) - std::max(o, f * shard));
+    most = std::max(most, count);
+  }
+  return most;
+}
+
+// One stage-3 weight slot of a bf16 model without LoRA (DataParallelEngine::plan_weight_slots):
+// a layer (or untied head) group in bf16, then its norms' packed f32 gather (fsdp x K), then
+// the unpacked norms, each area 64-byte aligned; the embedding table travels in f32 (the
+// lookup reads f32).
+int64_t bf16_layer_slot(const Arch& a, int world, int fsdp) {
+  const int64_t p = padded(a.layer_group(), world);
+  return align64(2 * p) + align64(4 * fsdp * packed_norms(p, fsdp, a.C, {0, a.mlp_norm_offset()})) +
+         4 * 2 * a.C;
+}
+int64_t bf16_outer_slot(const Arch& a, int world, int fsdp) {
+  const int64_t ph = padded(a.head_group(), world);
+  const int64_t head = align64(2 * ph) + align64(4 * fsdp * packed_norms(ph, fsdp, a.C, {0})) +
+                       4 * a.C;
+  return std::max(head, 4 * padded(a.embedding_group(), world));
+}
+// The f32 gradient slots of an untied model: two of a layer, one of the larger of the
+// embedding and head groups; the ordered reduce-scatters' receive buffers in flight are as
+// many, of the same sizes.
+int64_t f32_gradient_slots(const Arch& a, int world) {
+  return 2 * 4 * padded(a.layer_group(), world) +
+         4 * std::max(padded(a.embedding_group(), world), padded(a.head_group(), world));
+}
 
 Arch arch_of(const TrainConfig& config) {
   const ModelConfigSection& m = config.model;
@@ -116,12 +162,16 @@ TEST(PlanReferenceWorkloads, Llama405BLoraOnEightMi300x) {
   EXPECT_EQ(bytes(plan, MemoryCategory::trainable_weights), 4 * adapter_shard);
   EXPECT_EQ(bytes(plan, MemoryCategory::gradients), 4 * adapter_shard);
   EXPECT_EQ(bytes(plan, MemoryCategory::optimizer_state), 8 * adapter_shard);
-  // Three gather slots (f32 adapters, 64-byte aligned, then the bf16 base of the largest
-  // group: a layer, 3.2B parameters), three f32 gradient slots of the adapters, and the
-  // receive buffers of two reduce-scatters of them in flight.
-  const int64_t slot = (4 * padded(adapters, 8) + 63) / 64 * 64 + 2 * a.largest_padded(8);
+  // Two layer gather slots (the one in use and the prefetched one: f32 adapters, 64-byte
+  // aligned, then the bf16 base layer of 3.2B parameters), one embedding/head slot (no
+  // adapters; the bf16 base head), two f32 gradient slots of a layer's adapters (none for the
+  // embedding and head, which train nothing), and the receive buffers of two reduce-scatters
+  // of them in flight.
+  const int64_t layer_slot = align64(4 * padded(adapters, 8)) + 2 * padded(a.layer_group(), 8);
+  const int64_t outer_slot =
+      2 * std::max(padded(a.head_group(), 8), padded(a.embedding_group(), 8));
   EXPECT_EQ(bytes(plan, MemoryCategory::communication),
-            3 * slot + (3 + 2) * 4 * padded(adapters, 8));
+            2 * layer_slot + outer_slot + (2 + 2) * 4 * padded(adapters, 8));
   // Activations: one recomputed layer set, the adapters' hidden states (4 targets, 1 set)
   // and scratch, the frozen norms' gradient sink.
   const int64_t n = config.training.seq_len;
@@ -149,11 +199,14 @@ TEST(PlanReferenceWorkloads, Llama2SevenBZero3OffloadOnEight64GbDevices) {
   EXPECT_EQ(host_bytes(plan, MemoryCategory::trainable_weights), 4 * a.shards(8));
   EXPECT_EQ(host_bytes(plan, MemoryCategory::gradients), 4 * a.shards(8));
   EXPECT_EQ(host_bytes(plan, MemoryCategory::optimizer_state), 8 * a.shards(8));
-  // The device keeps a full bf16 copy of the weights to compute with, three gather and three
-  // gradient slots of the largest group and two reduce-scatters' receive buffers of it, and
-  // every layer's activations (no checkpointing).
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 2 * a.all_groups());
-  EXPECT_EQ(bytes(plan, MemoryCategory::communication), 8 * 4 * a.largest_padded(8));
+  // The device holds no bf16 copy of the weights: two bf16 layer slots and one
+  // embedding/head slot, f32 gradient slots per kind (two of a layer, one of the head) and as
+  // many reduce-scatters' receive buffers, and every layer's activations (no checkpointing).
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);
+  EXPECT_EQ(a.largest_padded(8), padded(a.layer_group(), 8));
+  EXPECT_EQ(bytes(plan, MemoryCategory::communication),
+            2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) +
+                2 * f32_gradient_slots(a, 8));
   EXPECT_EQ(bytes(plan, MemoryCategory::activations),
             bf16_arena(a, config.training.seq_len, a.L));
   // The published figure: under 54 GB per device.
@@ -172,13 +225,28 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
   EXPECT_EQ(bytes(plan, MemoryCategory::trainable_weights), 4 * a.shards(8));
   EXPECT_EQ(bytes(plan, MemoryCategory::gradients), 4 * a.shards(8));
   EXPECT_EQ(bytes(plan, MemoryCategory::optimizer_state), 8 * a.shards(8));
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 2 * a.all_groups());
-  // The largest group is the 128256 x 4096 embedding (and the untied head).
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);
+  // The largest group is the 128256 x 4096 untied head; the embedding/head weight slot holds
+  // the f32 embedding table (a little smaller than the head in f32, larger than it in bf16).
   EXPECT_EQ(a.largest_padded(8), padded(a.head_group(), 8));
-  EXPECT_EQ(bytes(plan, MemoryCategory::communication), 8 * 4 * a.largest_padded(8));
+  EXPECT_EQ(bf16_outer_slot(a, 8, 8), 4 * padded(a.embedding_group(), 8));
+  const int64_t comm =
+      2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) + 2 * f32_gradient_slots(a, 8);
+  EXPECT_EQ(bytes(plan, MemoryCategory::communication), comm);
   EXPECT_EQ(bytes(plan, MemoryCategory::activations), bf16_arena(a, 4096, a.L));
-  const int64_t total = 16 * a.shards(8) + 2 * a.all_groups() + 32 * a.largest_padded(8) +
-                        bf16_arena(a, 4096, a.L);
+  // The fsdp weight gathers move bf16 layers (and each layer's norms packed in f32: here each
+  // norm lies in one shard, so a rank contributes C): the f32 embedding and every layer in
+  // forward, the head, and in backward every layer but the last two, which the two layer
+  // slots still hold; the untied embedding is not gathered for backward.
+  const int64_t layer_gather = 2 * padded(a.layer_group(), 8) + 8 * 4 * a.C;
+  const int64_t head_gather = 2 * padded(a.head_group(), 8) + 8 * 4 * a.C;
+  int64_t gathered = 0;
+  for (const PlannedTransfer& t : plan.time.transfers)
+    if (std::string(t.collective.what) == "weight all-gather")
+      gathered += t.collective.payload_bytes;
+  EXPECT_EQ(gathered, 4 * padded(a.embedding_group(), 8) + (a.L + a.L - 2) * layer_gather +
+                          head_gather);
+  const int64_t total = 16 * a.shards(8) + comm + bf16_arena(a, 4096, a.L);
   EXPECT_EQ(plan.device_total, total);
   EXPECT_EQ(plan.fits, total <= static_cast<int64_t>(0.95 * 64.0 * kGiB));
   // What anvil needs beyond the published fit is named: checkpointing brings it under.

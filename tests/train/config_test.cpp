@@ -86,6 +86,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.sequence_parallel",
                                              "parallel.zero_stage",
                                              "parallel.offload",
+                                             "parallel.prefetch",
                                              "parallel.overlap",
                                              "parallel.collective_timeout_s",
                                              "checkpoint.every",
@@ -198,6 +199,11 @@ TEST(ConfigTest, ValidationNamesTheKey) {
             "[config] parallel.collective_timeout_s must be >= 0 seconds (0 disables the hang "
             "watchdog), got -1");
   apply_config_override(config, "parallel.collective_timeout_s", "0");
+  EXPECT_EQ(error_of([&] { validate_config(config); }), "");
+  apply_config_override(config, "parallel.prefetch", "0");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] parallel.prefetch must be 1..64 groups gathered ahead, got 0");
+  apply_config_override(config, "parallel.prefetch", "3");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
 }

@@ -5,6 +5,8 @@
 #     memory, on the communication stream): identical to the same two-rank runs on cpu;
 #  3. parallel.overlap = false (every collective completes where it starts) is identical to
 #     the overlapped run, on sim and on cpu;
+#  3b. two ranks on ZeRO-3 in bf16 (each rank casts its shard into a slot on the device and the
+#     group is gathered in bf16): identical on sim and on cpu;
 #  4. a device memory smaller than the model is an out-of-memory error naming the sizes.
 . "$(dirname "$0")/common.sh"
 STEPS="--training.steps=4"
@@ -24,17 +26,24 @@ for backend in cpu sim; do
     --run-dir "$WORK/z3-serial-$backend"
   deterministic_metrics "$WORK/z3-serial-$backend" |
     sed -E 's/,"peak_[a-z_]+":[-0-9.eE+]+//g' > "$WORK/z3-serial-$backend.metrics"
+  run_logged "$WORK/z3-bf16-$backend.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY \
+    $STEPS --backend $backend --parallel.zero_stage=3 --training.dtype=bf16 \
+    --run-dir "$WORK/z3-bf16-$backend"
+  deterministic_metrics "$WORK/z3-bf16-$backend" |
+    sed -E 's/,"peak_[a-z_]+":[-0-9.eE+]+//g' > "$WORK/z3-bf16-$backend.metrics"
 done
 expect "$WORK/one-sim.metrics" '"loss"' "the sim run logged losses"
 same_metrics one-cpu one-sim
 for stage in 1 2 3; do same_metrics z$stage-cpu z$stage-sim; done
 same_metrics z3-sim z3-serial-sim
 same_metrics z3-cpu z3-serial-cpu
+expect "$WORK/z3-bf16-sim.metrics" '"loss"' "the bf16 ZeRO-3 sim run logged losses"
+same_metrics z3-bf16-cpu z3-bf16-sim
 if ANVIL_SIM_MEMORY=64KiB "$ANVIL" train $TINY $STEPS --backend sim --run-dir "$WORK/oom" \
   > "$WORK/oom.log" 2>&1; then
   fail "a 64 KiB device trained the model" "$WORK/oom.log"
 fi
 expect "$WORK/oom.log" "\[sim\] out of device memory allocating [0-9]* bytes ([0-9]* of 65536 in use)" \
   "out-of-memory message"
-echo "sim: metrics identical to cpu (1 process; 2 ranks ZeRO-1/2/3; overlap on and off);" \
+echo "sim: metrics identical to cpu (1 process; 2 ranks ZeRO-1/2/3, ZeRO-3 bf16; overlap on and off);" \
   "64KiB device: out of memory"

@@ -84,6 +84,15 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{1, 1, true, 2, 2}, MeshCase{2, 2, true, 2, 2},
                       MeshCase{3, 2, false, 2, 2}));
 
+// Mixed precision: stage 3 gathers each rank's shard cast to bf16 (norms and the embedding
+// table in f32) into transient slots; casting is element-wise, so still bit for bit.
+INSTANTIATE_TEST_SUITE_P(
+    Bf16, DistributedEqualsOneProcess,
+    ::testing::Values(MeshCase{3, 1, true, 0, 0, 0, DType::bf16},
+                      MeshCase{3, 2, false, 0, 0, 0, DType::bf16},
+                      MeshCase{2, 1, false, 0, 0, 0, DType::bf16},
+                      MeshCase{3, 2, true, 2, 2, 0, DType::bf16}));
+
 // LoRA on a frozen base (f32, or bf16 in a bf16 model), which ZeRO-3 shards too.
 INSTANTIATE_TEST_SUITE_P(
     Lora, DistributedEqualsOneProcess,

@@ -41,6 +41,14 @@ std::vector<PlanCase> plan_cases() {
   lora.dtype = DType::bf16;
   lora.grad_accum = 2;
   cases.push_back({"stage 3 LoRA bf16 base", lora});
+  RunSpec bf16 = untied;  // the layers gathered in bf16 with packed f32 norms
+  bf16.dtype = DType::bf16;
+  cases.push_back({"stage 3 untied bf16", bf16});
+  RunSpec deep = bf16;
+  deep.tied = true;
+  deep.prefetch = 2;
+  deep.grad_accum = 1;
+  cases.push_back({"stage 3 tied bf16, prefetch 2", deep});
   RunSpec hybrid;
   hybrid.zero_stage = 3;
   hybrid.dp = 2;
