@@ -52,7 +52,7 @@ def flops_per_token(cfg):
     return 6 * matmul_params + 12 * cfg["n_layers"] * cfg["seq_len"] * q_dim
 
 
-def anvil_command(anvil, run_dir, cfg, warmup, offload=False):
+def anvil_command(anvil, run_dir, cfg, warmup, offload=False, profile=False):
     overrides = {
         "parallel.offload": "true" if offload else "false",
         "data.synthetic": "true", "logging.json": "true", "training.eval_steps": 0,
@@ -66,8 +66,28 @@ def anvil_command(anvil, run_dir, cfg, warmup, offload=False):
         "optimizer.beta1": OPTIMIZER["beta1"], "optimizer.beta2": OPTIMIZER["beta2"],
         "optimizer.eps": OPTIMIZER["eps"], "optimizer.warmup_steps": 0,
     }
+    if profile:  # one steady-state step traced (trace.json in the run directory)
+        overrides["profile.steps"] = f"{warmup + 1}:{warmup + 1}"
     return [anvil, "train", "--backend", "cuda", "--run-dir", run_dir, "--resume", "never",
             *[f"--{k}={v}" for k, v in overrides.items()]]
+
+
+def trace_top_spans(run_dir, count=12):
+    """Returns the `count` span names with the most total time in the run's trace.json, as
+    (name, milliseconds, calls); spans of device work time when the host waits for it."""
+    path = os.path.join(run_dir, "trace.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    totals = {}
+    for event in events:
+        if event.get("ph") == "X" and "dur" in event:
+            ms, calls = totals.get(event["name"], (0.0, 0))
+            totals[event["name"]] = (ms + event["dur"] / 1000.0, calls + 1)
+    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:count]
+    return [(name, round(ms, 2), calls) for name, (ms, calls) in ranked]
 
 
 def torch_command(cfg, compiled, warmup):
@@ -164,11 +184,17 @@ def measure(args, name, cfg, impl, work):
     if impl.startswith("anvil"):
         run_dir = os.path.join(work, name.replace(" ", "_") + "_" + impl)
         result, error = run_json(anvil_command(args.anvil, run_dir, cfg, args.warmup,
-                                               offload=impl == "anvil-offload"),
+                                               offload=impl == "anvil-offload",
+                                               profile=args.profile),
                                  args.run_timeout)
         if result:
             peak_mb = result.get(ANVIL_PEAK_KEY, -1)
             result["peak_bytes"] = int(peak_mb * 2**20) if peak_mb >= 0 else None
+            if args.profile:
+                result["top_spans"] = trace_top_spans(run_dir)
+                for span in result["top_spans"]:
+                    print(f"  {name} {impl} span {span[0]}: {span[1]} ms over {span[2]} calls",
+                          flush=True)
         return result, error
     return run_json(torch_command(cfg, impl == "torch-compile", args.warmup), args.run_timeout)
 
@@ -202,6 +228,9 @@ def main():
     parser.add_argument("--anvil", default="build/anvil", help="the anvil binary (CUDA build)")
     parser.add_argument("--quick", action="store_true", help="the small config only")
     parser.add_argument("--only", help="the configs whose name contains this text")
+    parser.add_argument("--profile", action="store_true",
+                        help="trace one steady-state anvil step (its time counts in the "
+                             "throughput) and print the spans that took longest")
     parser.add_argument("--impls", default=",".join(IMPLS), help="comma list of " + ", ".join(IMPLS))
     parser.add_argument("--warmup", type=int, default=3, help="steps excluded from throughput")
     parser.add_argument("--time-budget", type=float, default=1e9,
@@ -241,7 +270,7 @@ def main():
                       f"{cfg['batch_size'] * cfg['seq_len']} tokens/step, {cfg['steps']} steps")
                 for impl in impls:
                     cmd = (anvil_command(args.anvil, os.path.join(work, "run"), cfg, args.warmup,
-                                         offload=impl == "anvil-offload")
+                                         offload=impl == "anvil-offload", profile=args.profile)
                            if impl.startswith("anvil") else torch_command(cfg, impl == "torch-compile",
                                                                  args.warmup))
                     print(f"  {impl}: {' '.join(cmd)}")

@@ -173,13 +173,16 @@ if [ "$bench_mode" != off ]; then
   budget=$((deadline - elapsed - 60))  # no run starts in the last minute
   bench_flags=(--anvil "$build/anvil" --time-budget "$budget" --markdown "$OUT/bench.md"
                --json "$OUT/bench.json"
-               --impls "${GPU_CHECK_IMPLS:-anvil,torch-compile,anvil-offload,torch-eager}")
+               --impls "${GPU_CHECK_IMPLS:-anvil,torch-compile,anvil-offload,torch-eager}"
+               --profile)
   [ "$bench_mode" = quick ] && bench_flags+=(--quick)
   [ "$bench_mode" = 1.5B ] && bench_flags+=(--only 1.5B)
   PYTHONUNBUFFERED=1 timeout $((deadline - elapsed)) "$python" bench/gpu_compare.py \
     "${bench_flags[@]}" >"$OUT/bench.log" 2>&1
   status_line "benchmark" "exit $? (bench.log)"
   [ -f "$OUT/bench.md" ] && { echo; cat "$OUT/bench.md"; } >>"$summary"
+  # Where anvil's traced step went (the costliest spans of each anvil run).
+  grep " span " "$OUT/bench.log" | head -30 | sed 's/^/    /' >>"$summary"
 fi
 
 echo >>"$summary"
