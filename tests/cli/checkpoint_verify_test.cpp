@@ -1,9 +1,10 @@
 // Corrupted checkpoints, end to end through the built binary: `--resume auto` names the file
 // that fails and falls back to the newest checkpoint that verifies, ending equal to a run
 // that was never corrupted; `anvil checkpoint verify` reports ok runs, flipped bytes, missing
-// and truncated files, leftovers and a missing path.
+// and truncated files, leftovers and a missing path. Two ranks fall back together.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -87,6 +88,36 @@ TEST_F(CheckpointVerifyTest, FlippedByteInNewestWeightsFallsBackAndEndsEqual) {
     EXPECT_EQ(read_bytes(newest / file), expected) << file;
   }
   EXPECT_EQ(run_anvil("checkpoint verify " + (root / "corrupt").string()).exit_code, 0);
+}
+
+// Two ranks with sharded optimizer state: rank 0 verifies and broadcasts its choice, so the
+// fallback is reported once and both ranks resume from the same checkpoint.
+TEST_F(CheckpointVerifyTest, TwoRanksFallBackTogether) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  auto launch = [&](const fs::path& dir) {
+    const auto result = run_anvil("launch --nproc 2 -- train " + tiny_synthetic_args() + " " +
+                                  kCommon + " --parallel.zero_stage=2 --run-dir " + dir.string());
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return result.output;
+  };
+  launch(root / "straight");
+  launch(root / "corrupt");
+  const fs::path newest = root / "corrupt" / "checkpoints" / "step-0000030";
+  flip_byte(newest / "model.safetensors", 11);
+  const std::string output = launch(root / "corrupt");
+  EXPECT_EQ(testing_support::occurrences(output, "skipping " + newest.string() +
+                                                     ": it fails verification (model.safetensors "
+                                                     "checksum mismatch)"),
+            1)
+      << output;
+  EXPECT_EQ(testing_support::occurrences(output, "falling back to " +
+                                                     (root / "corrupt" / "checkpoints" /
+                                                      "step-0000020").string()),
+            1)
+      << output;
+  const auto straight = deterministic_metrics(root / "straight");
+  ASSERT_FALSE(straight.empty());
+  EXPECT_EQ(deterministic_metrics(root / "corrupt"), straight);
 }
 
 TEST_F(CheckpointVerifyTest, VerifyReportsEachProblemNamingTheFile) {
