@@ -268,16 +268,28 @@ std::vector<int64_t> CheckpointManager::committed_steps() const {
 
 std::optional<LoadedCheckpoint> CheckpointManager::find_latest_valid() const {
   std::vector<int64_t> steps = committed_steps();
+  bool skipped = false;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     std::string reason;
     std::optional<LoadedCheckpoint> loaded = try_verify(committed_dir(*it), reason);
-    if (loaded) return loaded;
-    auto older = std::next(it);
-    log_warn("[checkpoint] {} is corrupt ({}); {}", step_dir_name(*it), reason,
-             older == steps.rend() ? std::string("no older committed checkpoint remains")
-                                   : "falling back to " + step_dir_name(*older));
+    if (loaded) {
+      if (skipped)
+        log_warn("[checkpoint] falling back to {}, the newest checkpoint that verifies",
+                 loaded->dir.string());
+      return loaded;
+    }
+    log_warn("[checkpoint] skipping {}: it fails verification ({})",
+             committed_dir(*it).string(), reason);
+    skipped = true;
   }
+  if (skipped) log_warn("[checkpoint] no committed checkpoint in {} verifies", root_.string());
   return std::nullopt;
+}
+
+std::optional<std::string> CheckpointManager::verification_problem(const fs::path& dir) {
+  std::string reason;
+  if (try_verify(dir, reason)) return std::nullopt;
+  return reason;
 }
 
 LoadedCheckpoint CheckpointManager::load(const fs::path& dir) {
@@ -293,8 +305,14 @@ LoadedCheckpoint CheckpointManager::load(const fs::path& dir) {
 
 void CheckpointManager::prune(int64_t committed_step) const {
   const std::vector<int64_t> steps = committed_steps();
-  const size_t remove_count = steps.size() > static_cast<size_t>(keep_) ? steps.size() - keep_ : 0;
-  for (size_t i = 0; i < remove_count; ++i) remove_checkpoint_dir(committed_dir(steps[i]));
+  size_t excess = steps.size() > static_cast<size_t>(keep_) ? steps.size() - keep_ : 0;
+  for (size_t i = 0; i < steps.size() && excess > 0; ++i) {
+    // Steps newer than this commit are what a resume fell back past (corrupt, or a timeline
+    // that was abandoned); counting them must never remove the checkpoint just committed.
+    if (steps[i] == committed_step) continue;
+    remove_checkpoint_dir(committed_dir(steps[i]));
+    --excess;
+  }
 
   // Leftovers of crashed saves older than this commit: staging folders and folders that were
   // moved into place but never got their COMMIT.

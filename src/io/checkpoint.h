@@ -50,7 +50,8 @@ class CheckpointManager {
   // ranks meet at a barrier before writing into staging_dir(step).
   std::filesystem::path prepare(int64_t step) const;
   // Hashes and fsyncs every staged file, writes the manifest, moves the folder into place,
-  // writes COMMIT, then removes checkpoints beyond `keep` and older crash leftovers.
+  // writes COMMIT, then removes checkpoints beyond `keep` (never the one just committed, so
+  // newer leftovers of an abandoned timeline cannot push it out) and older crash leftovers.
   LoadedCheckpoint commit(int64_t step, const nlohmann::json& info);
   // Removes what a failed save of `step` left: its staging folder, and its folder when that
   // was moved into place but never got COMMIT. Never touches a committed checkpoint; problems
@@ -58,9 +59,13 @@ class CheckpointManager {
   void abandon(int64_t step) const;
   // Returns the steps that have a COMMIT marker, ascending (their files are not verified).
   std::vector<int64_t> committed_steps() const;
-  // Returns the newest committed checkpoint whose files match its manifest, warning about each
-  // corrupt one skipped; nullopt when none is valid.
+  // Returns the newest committed checkpoint whose files match its manifest, warning with one
+  // line per corrupt one skipped (its folder and the file that fails) and one naming the
+  // fallback; nullopt when none is valid.
   std::optional<LoadedCheckpoint> find_latest_valid() const;
+  // Returns why a checkpoint folder fails verification, naming the file ("model.safetensors
+  // checksum mismatch"), or nullopt when every file matches its manifest.
+  static std::optional<std::string> verification_problem(const std::filesystem::path& dir);
   // Verifies one checkpoint folder; throws anvil::Error naming the folder and the problem.
   static LoadedCheckpoint load(const std::filesystem::path& dir);
 

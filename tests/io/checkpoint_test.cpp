@@ -141,10 +141,17 @@ TEST(Checkpoint, CorruptNewestFallsBackWithAWarning) {
   const std::string warnings = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(latest->step, 20);
-  EXPECT_NE(warnings.find("[checkpoint] step-0000040 is corrupt (model.safetensors checksum "
-                          "mismatch); falling back to step-0000020"),
+  EXPECT_NE(warnings.find("[checkpoint] skipping " + (dir / "step-0000040").string() +
+                          ": it fails verification (model.safetensors checksum mismatch)"),
             std::string::npos)
       << warnings;
+  EXPECT_NE(warnings.find("[checkpoint] falling back to " + (dir / "step-0000020").string() +
+                          ", the newest checkpoint that verifies"),
+            std::string::npos)
+      << warnings;
+  EXPECT_EQ(CheckpointManager::verification_problem(dir / "step-0000040"),
+            "model.safetensors checksum mismatch");
+  EXPECT_FALSE(CheckpointManager::verification_problem(dir / "step-0000020").has_value());
 }
 
 TEST(Checkpoint, MissingTruncatedAndTamperedFilesAreDetected) {
@@ -161,16 +168,19 @@ TEST(Checkpoint, MissingTruncatedAndTamperedFilesAreDetected) {
   const std::string warnings = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(latest->step, 10);
-  EXPECT_NE(warnings.find("step-0000040 is corrupt (rank-00001/optimizer.json is missing); "
-                          "falling back to step-0000030"),
+  EXPECT_NE(warnings.find("step-0000040: it fails verification (rank-00001/optimizer.json is "
+                          "missing)"),
             std::string::npos)
       << warnings;
-  EXPECT_NE(warnings.find("step-0000030 is corrupt (trainer_state.json has 3 bytes, the "
-                          "manifest says 11)"),
+  EXPECT_NE(warnings.find("step-0000030: it fails verification (trainer_state.json has 3 "
+                          "bytes, the manifest says 11)"),
             std::string::npos)
       << warnings;
-  EXPECT_NE(warnings.find("step-0000020 is corrupt (manifest.json checksum mismatch); falling "
-                          "back to step-0000010"),
+  EXPECT_NE(warnings.find("step-0000020: it fails verification (manifest.json checksum "
+                          "mismatch)"),
+            std::string::npos)
+      << warnings;
+  EXPECT_NE(warnings.find("falling back to " + (dir / "step-0000010").string()),
             std::string::npos)
       << warnings;
 }
@@ -185,8 +195,11 @@ TEST(Checkpoint, AllCorruptMeansNoCheckpoint) {
   ::testing::internal::CaptureStderr();
   EXPECT_FALSE(manager.find_latest_valid().has_value());
   const std::string warnings = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(warnings.find("step-0000020 is corrupt (trainer_state.json checksum mismatch); no "
-                          "older committed checkpoint remains"),
+  EXPECT_NE(warnings.find("step-0000020: it fails verification (trainer_state.json checksum "
+                          "mismatch)"),
+            std::string::npos)
+      << warnings;
+  EXPECT_NE(warnings.find("no committed checkpoint in " + dir.path().string() + " verifies"),
             std::string::npos)
       << warnings;
   EXPECT_FALSE(CheckpointManager(dir / "never-created", 1).find_latest_valid().has_value());
@@ -223,6 +236,46 @@ TEST(Checkpoint, RecommittingAStepReplacesItWithAWarning) {
   LoadedCheckpoint loaded = CheckpointManager::load(dir / "step-0000020");
   EXPECT_EQ(loaded.info["second"], true);
   EXPECT_EQ(read_file(dir / "step-0000020" / "trainer_state.json"), "{\"step\":21}");
+}
+
+// A resume that fell back past corrupt newer checkpoints commits an older step while those
+// still exist: rotation counts them but never removes the checkpoint just committed (the only
+// one that verifies), so with keep = 1 the corrupt newer step goes instead. Pruning runs only
+// inside commit, so no checkpoint is ever removed before a newer one is committed.
+TEST(Checkpoint, RotationNeverRemovesTheCheckpointJustCommitted) {
+  TempDir dir;
+  CheckpointManager manager(dir.path(), 1);
+  save(manager, 10);
+  save(manager, 20);
+  EXPECT_EQ(manager.committed_steps(), (std::vector<int64_t>{20}));
+  flip_byte(dir / "step-0000020" / "model.safetensors", 200);
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(manager.find_latest_valid().has_value());
+  ::testing::internal::GetCapturedStderr();
+
+  save(manager, 15);
+  EXPECT_EQ(manager.committed_steps(), (std::vector<int64_t>{15}));
+  std::optional<LoadedCheckpoint> latest = manager.find_latest_valid();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step, 15);
+
+  // A failed save of a newer step removes only its own leftovers.
+  manager.prepare(16);
+  manager.abandon(16);
+  EXPECT_EQ(manager.committed_steps(), (std::vector<int64_t>{15}));
+  EXPECT_FALSE(CheckpointManager::verification_problem(dir / "step-0000015").has_value());
+
+  // With keep = 2 a corrupt newer step is kept beside the new commit, which still survives.
+  CheckpointManager two(dir.path(), 2);
+  save(two, 30);
+  flip_byte(dir / "step-0000030" / "trainer_state.json", 2);
+  save(two, 25);
+  EXPECT_EQ(two.committed_steps(), (std::vector<int64_t>{25, 30}));
+  ::testing::internal::CaptureStderr();
+  latest = two.find_latest_valid();
+  ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step, 25);
 }
 
 }  // namespace
