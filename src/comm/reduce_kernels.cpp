@@ -12,32 +12,21 @@
 namespace anvil {
 namespace {
 
-// Adds row by row (not element by element) so the loops stream through memory and vectorise;
-// each element still sees the additions in rank order.
+// Adds one row into the running totals; each element sees the additions in rank order.
 template <typename T, typename Accumulate>
-void sum_rows(const void* contributions, int ranks, int64_t count, void* out, Accumulate add) {
-  const T* rows = static_cast<const T*>(contributions);
-  T* result = static_cast<T*>(out);
-  std::memcpy(result, rows, static_cast<size_t>(count) * sizeof(T));
-  for (int r = 1; r < ranks; ++r) {
-    const T* row = rows + static_cast<int64_t>(r) * count;
-    for (int64_t i = 0; i < count; ++i) result[i] = add(result[i], row[i]);
-  }
+void add_row(const void* row, int64_t count, T* totals, Accumulate add) {
+  const T* values = static_cast<const T*>(row);
+  for (int64_t i = 0; i < count; ++i) totals[i] = add(totals[i], values[i]);
 }
 
-// Sums 16-bit floats through f32 accumulators, rounding each result once at the end.
-template <typename ToFloat, typename FromFloat>
-void sum_half_rows(const void* contributions, int ranks, int64_t count, void* out,
-                   ToFloat to_float, FromFloat from_float) {
-  const uint16_t* rows = static_cast<const uint16_t*>(contributions);
-  std::vector<float> totals(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) totals[i] = to_float(rows[i]);
-  for (int r = 1; r < ranks; ++r) {
-    const uint16_t* row = rows + static_cast<int64_t>(r) * count;
-    for (int64_t i = 0; i < count; ++i) totals[i] += to_float(row[i]);
+template <typename ToFloat>
+void add_half_row(const void* row, int64_t count, float* totals, bool first, ToFloat to_float) {
+  const uint16_t* values = static_cast<const uint16_t*>(row);
+  if (first) {
+    for (int64_t i = 0; i < count; ++i) totals[i] = to_float(values[i]);
+  } else {
+    for (int64_t i = 0; i < count; ++i) totals[i] += to_float(values[i]);
   }
-  uint16_t* result = static_cast<uint16_t*>(out);
-  for (int64_t i = 0; i < count; ++i) result[i] = from_float(totals[i]);
 }
 
 // Returns the bit pattern of max(a, b) under the rules in the header.
@@ -67,33 +56,70 @@ void max_halves(const void* in, void* inout, int64_t count, ToFloat to_float, ui
 
 }  // namespace
 
-void sum_in_rank_order(const void* contributions, int ranks, int64_t count, DType dtype,
-                       void* out) {
-  ANVIL_CHECK(ranks >= 1 && count >= 0, "[comm] ordered sum of {} rows of {} elements", ranks,
-              count);
-  if (count == 0) return;
-  switch (dtype) {
+RankOrderSum::RankOrderSum(DType dtype, int64_t count, void* out, Allocator& staging)
+    : dtype_(dtype), count_(count), out_(out) {
+  ANVIL_CHECK(count >= 0, "[comm] ordered sum of {} elements", count);
+  if (dtype == DType::bf16 || dtype == DType::f16) {
+    totals_ = Buffer(staging, static_cast<size_t>(count) * sizeof(float),
+                     MemoryCategory::communication);
+  }
+}
+
+void RankOrderSum::add(const void* contribution) {
+  const bool first = added_++ == 0;
+  if (count_ == 0) return;
+  if (first && dtype_size(dtype_) != 2) {
+    if (contribution != out_)
+      std::memcpy(out_, contribution, static_cast<size_t>(count_) * dtype_size(dtype_));
+    return;
+  }
+  switch (dtype_) {
     case DType::f32:
-      sum_rows<float>(contributions, ranks, count, out, [](float a, float b) { return a + b; });
+      add_row<float>(contribution, count_, static_cast<float*>(out_),
+                     [](float a, float b) { return a + b; });
       return;
     case DType::i32:
     case DType::u32:
       // Unsigned arithmetic wraps without undefined behaviour and has i32's bit pattern.
-      sum_rows<uint32_t>(contributions, ranks, count, out,
-                         [](uint32_t a, uint32_t b) { return a + b; });
+      add_row<uint32_t>(contribution, count_, static_cast<uint32_t*>(out_),
+                        [](uint32_t a, uint32_t b) { return a + b; });
       return;
     case DType::u16:
-      sum_rows<uint16_t>(contributions, ranks, count, out,
-                         [](uint16_t a, uint16_t b) { return static_cast<uint16_t>(a + b); });
+      if (first) {
+        std::memcpy(out_, contribution, static_cast<size_t>(count_) * 2);
+        return;
+      }
+      add_row<uint16_t>(contribution, count_, static_cast<uint16_t*>(out_),
+                        [](uint16_t a, uint16_t b) { return static_cast<uint16_t>(a + b); });
       return;
     case DType::bf16:
-      sum_half_rows(contributions, ranks, count, out, bf16_to_float, float_to_bf16);
+      add_half_row(contribution, count_, static_cast<float*>(totals_.data()), first,
+                   bf16_to_float);
       return;
     case DType::f16:
-      sum_half_rows(contributions, ranks, count, out, f16_to_float, float_to_f16);
+      add_half_row(contribution, count_, static_cast<float*>(totals_.data()), first,
+                   f16_to_float);
       return;
   }
-  ANVIL_FAIL("[comm] ordered sum: unsupported dtype {}", dtype_name(dtype));
+  ANVIL_FAIL("[comm] ordered sum: unsupported dtype {}", dtype_name(dtype_));
+}
+
+void RankOrderSum::finish() {
+  if (count_ == 0 || totals_.data() == nullptr) return;
+  const float* totals = static_cast<const float*>(totals_.data());
+  uint16_t* result = static_cast<uint16_t*>(out_);
+  const auto round = dtype_ == DType::bf16 ? float_to_bf16 : float_to_f16;
+  for (int64_t i = 0; i < count_; ++i) result[i] = round(totals[i]);
+}
+
+void sum_in_rank_order(const void* contributions, int ranks, int64_t count, DType dtype,
+                       void* out) {
+  ANVIL_CHECK(ranks >= 1 && count >= 0, "[comm] ordered sum of {} rows of {} elements", ranks,
+              count);
+  RankOrderSum sum(dtype, count, out, HostAllocator::instance());
+  const size_t row_bytes = static_cast<size_t>(count) * dtype_size(dtype);
+  for (int r = 0; r < ranks; ++r) sum.add(static_cast<const char*>(contributions) + r * row_bytes);
+  sum.finish();
 }
 
 void max_into(const void* in, void* inout, int64_t count, DType dtype) {

@@ -5,9 +5,34 @@
 
 #include <cstdint>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 
 namespace anvil {
+
+// A rank-order sum fed one contribution at a time: out = c0, then out += c1, ... (16-bit
+// floats through f32 totals, rounded once by finish()), the same bits as sum_in_rank_order on
+// all rows at once. So a communicator can add each rank's contribution as it arrives and
+// needs receive buffers for the messages in flight only, not one per rank.
+class RankOrderSum {
+ public:
+  // `out` (count elements of dtype) receives the sum; it must not overlap any contribution
+  // but the first. 16-bit floats take their f32 totals from `staging`, counted as
+  // communication.
+  RankOrderSum(DType dtype, int64_t count, void* out, Allocator& staging);
+  // Adds the next rank's contribution (count elements of dtype).
+  void add(const void* contribution);
+  // Writes the result into `out` (a no-op for 32-bit types, which sum in place).
+  void finish();
+  int added() const { return added_; }
+
+ private:
+  DType dtype_;
+  int64_t count_;
+  void* out_;
+  Buffer totals_;  // f32, for bf16/f16 only
+  int added_ = 0;
+};
 
 // Writes out[i] = c[0][i] + c[1][i] + ... + c[ranks-1][i], added left to right, where
 // `contributions` holds `ranks` rows of `count` elements. bf16/f16 are accumulated in f32 and

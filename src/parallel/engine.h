@@ -95,12 +95,12 @@ struct PlannedMemory {
   int64_t comm_buffers = 0;  // gather / reduce slots for whole groups (stages 2 and 3)
   int64_t activations = 0;   // the model's activation arena
   int64_t workspace = 0;     // compute-dtype weight copies (mixed precision)
-  // Not held at setup: the receive buffers of the ordered sums while they run (communication).
-  // Stages 0-1 all-reduce every group's gradient and hold them until the micro-step ends;
-  // stages 2-3 have as many reduce-scatters in flight as the gradient slots allow: one per
-  // layer slot, plus the head's (and with tied embeddings the table's) at their own sizes
-  // (measured on the tiny preset: up to exactly that, depending on timing). None with one
-  // data rank.
+  // Not held at setup: the receive buffers of the ordered sums while they run (communication),
+  // two of this rank's slice per sum (and a copy of its own chunk in an all-reduce). Stages
+  // 0-1 all-reduce every group's gradient and hold them until the micro-step ends; stages 2-3
+  // have as many reduce-scatters in flight as the gradient slots allow: one per layer slot,
+  // plus the head's (and with tied embeddings the table's) at their own sizes (measured on the
+  // tiny preset: up to exactly that, depending on timing). None with one data rank.
   int64_t collective_staging = 0;
   int64_t total() const {
     return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "comm/reduce_kernels.h"
 #include "model/llama_parameters.h"
 #include "model/lora.h"
 #include "model/tensor_parallel.h"
@@ -119,16 +120,29 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     for (int k = 0; k < 2; ++k) report.comm_buffers += slots.count[k] * slots.elements[k] * f32;
     if (micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
   }
-  if (shape.dp * shape.fsdp > 1) {
-    report.collective_staging = static_cast<int64_t>(model.gradients);
-    if (zero_stage >= 2) {
+  const int data_world = shape.dp * shape.fsdp * shape.cp;
+  if (data_world > 1) {
+    // An ordered sum adds the contributions as they arrive (comm/mpi/mpi_handles.h): two
+    // receive buffers of the rank's slice, and for an all-reduce a copy of its own chunk
+    // (ranks > 0).
+    const int64_t receive_buffers = std::min(data_world - 1, 2);
+    if (zero_stage <= 1) {
+      const int64_t buffers = receive_buffers + (data_rank > 0 ? 1 : 0);
+      for (int g = 0; g < plan.group_count(); ++g) {
+        const int64_t numel = plan.group(g).numel;
+        const int64_t chunk = chunk_begin(numel, data_world, data_rank + 1) -
+                              chunk_begin(numel, data_world, data_rank);
+        report.collective_staging += buffers * chunk * f32;
+      }
+    } else {
       // As many reduce-scatters as the gradient slots let start before the oldest finishes:
       // one per layer slot, and the head's and (tied) the table's, each of its own size.
       const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
       int64_t outer = slots.elements[1];
       if (config.tie_embeddings)
         outer = plan.group(kEmbeddingGroup).padded + plan.group(head_group(config)).padded;
-      report.collective_staging = (slots.count[0] * slots.elements[0] + outer) * f32;
+      report.collective_staging =
+          receive_buffers * (slots.count[0] * slots.elements[0] + outer) / data_world * f32;
     }
   }
   return report;

@@ -107,11 +107,15 @@ int64_t bf16_outer_slot(const Arch& a, int world, int fsdp) {
   return std::max(head, 4 * padded(a.embedding_group(), world));
 }
 // The f32 gradient slots of an untied model: two of a layer, one of the larger of the
-// embedding and head groups; the ordered reduce-scatters' receive buffers in flight are as
-// many, of the same sizes.
+// embedding and head groups.
 int64_t f32_gradient_slots(const Arch& a, int world) {
   return 2 * 4 * padded(a.layer_group(), world) +
          4 * std::max(padded(a.embedding_group(), world), padded(a.head_group(), world));
+}
+// The receive buffers of the ordered reduce-scatters of `slot_bytes` of gradient slots in
+// flight: each adds the contributions as they arrive through two buffers of the rank's slice.
+int64_t receive_buffers(int64_t slot_bytes, int world) {
+  return std::min(world - 1, 2) * slot_bytes / world;
 }
 
 Arch arch_of(const TrainConfig& config) {
@@ -166,12 +170,13 @@ TEST(PlanReferenceWorkloads, Llama405BLoraOnEightMi300x) {
   // aligned, then the bf16 base layer of 3.2B parameters), one embedding/head slot (no
   // adapters; the bf16 base head), two f32 gradient slots of a layer's adapters (none for the
   // embedding and head, which train nothing), and the receive buffers of two reduce-scatters
-  // of them in flight.
+  // of them in flight (two slices each).
   const int64_t layer_slot = align64(4 * padded(adapters, 8)) + 2 * padded(a.layer_group(), 8);
   const int64_t outer_slot =
       2 * std::max(padded(a.head_group(), 8), padded(a.embedding_group(), 8));
   EXPECT_EQ(bytes(plan, MemoryCategory::communication),
-            2 * layer_slot + outer_slot + (2 + 2) * 4 * padded(adapters, 8));
+            2 * layer_slot + outer_slot + 2 * 4 * padded(adapters, 8) +
+                receive_buffers(2 * 4 * padded(adapters, 8), 8));
   // Activations: one recomputed layer set, the adapters' hidden states (4 targets, 1 set)
   // and scratch, the frozen norms' gradient sink.
   const int64_t n = config.training.seq_len;
@@ -200,13 +205,14 @@ TEST(PlanReferenceWorkloads, Llama2SevenBZero3OffloadOnEight64GbDevices) {
   EXPECT_EQ(host_bytes(plan, MemoryCategory::gradients), 4 * a.shards(8));
   EXPECT_EQ(host_bytes(plan, MemoryCategory::optimizer_state), 8 * a.shards(8));
   // The device holds no bf16 copy of the weights: two bf16 layer slots and one
-  // embedding/head slot, f32 gradient slots per kind (two of a layer, one of the head) and as
-  // many reduce-scatters' receive buffers, and every layer's activations (no checkpointing).
+  // embedding/head slot, f32 gradient slots per kind (two of a layer, one of the head) and
+  // the receive buffers of as many reduce-scatters (two slices each), and every layer's
+  // activations (no checkpointing).
   EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);
   EXPECT_EQ(a.largest_padded(8), padded(a.layer_group(), 8));
   EXPECT_EQ(bytes(plan, MemoryCategory::communication),
-            2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) +
-                2 * f32_gradient_slots(a, 8));
+            2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) + f32_gradient_slots(a, 8) +
+                receive_buffers(f32_gradient_slots(a, 8), 8));
   EXPECT_EQ(bytes(plan, MemoryCategory::activations),
             bf16_arena(a, config.training.seq_len, a.L));
   // The published figure: under 54 GB per device.
@@ -230,8 +236,8 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
   // the f32 embedding table (a little smaller than the head in f32, larger than it in bf16).
   EXPECT_EQ(a.largest_padded(8), padded(a.head_group(), 8));
   EXPECT_EQ(bf16_outer_slot(a, 8, 8), 4 * padded(a.embedding_group(), 8));
-  const int64_t comm =
-      2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) + 2 * f32_gradient_slots(a, 8);
+  const int64_t comm = 2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) +
+                       f32_gradient_slots(a, 8) + receive_buffers(f32_gradient_slots(a, 8), 8);
   EXPECT_EQ(bytes(plan, MemoryCategory::communication), comm);
   EXPECT_EQ(bytes(plan, MemoryCategory::activations), bf16_arena(a, 4096, a.L));
   // The fsdp weight gathers move bf16 layers (and each layer's norms packed in f32: here each
@@ -248,6 +254,7 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
                           head_gather);
   const int64_t total = 16 * a.shards(8) + comm + bf16_arena(a, 4096, a.L);
   EXPECT_EQ(plan.device_total, total);
+  EXPECT_LE(plan.device_total, 42 * kGiB);  // what FSDP2 and DeepSpeed hold, about 39 GiB
   EXPECT_EQ(plan.fits, total <= static_cast<int64_t>(0.95 * 64.0 * kGiB));
   // What anvil needs beyond the published fit is named: checkpointing brings it under.
   TrainConfig checkpointed = config;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "comm/reduce_kernels.h"
@@ -70,8 +72,9 @@ class RequestHandle final : public CommHandle {
   int peer_ = -1;
 };
 
-// A sequence of message rounds; each round's requests must all finish before the next round
-// (computed from the previous one's data) is posted.
+// A rank-order sum in flight: point-to-point messages whose later steps depend on earlier
+// ones' data, advanced (never blocking) by advance() until it returns true. Sends that need
+// no follow-up run in the background and must also have finished before the handle is done.
 class RoundsHandle : public CommHandle {
  public:
   ~RoundsHandle() override { std::erase(pending_rounds, this); }
@@ -82,29 +85,44 @@ class RoundsHandle : public CommHandle {
   }
 
   bool test() override {
-    while (!finished_) {
-      int done = 0;
-      MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
-                            MPI_STATUSES_IGNORE));
-      if (!done) return false;
-      requests_.clear();
-      on_round_complete();
-    }
+    if (finished_) return true;
+    if (!advance()) return false;
+    int done = 0;
+    MPI_CHECK(MPI_Testall(static_cast<int>(background_.size()), background_.data(), &done,
+                          MPI_STATUSES_IGNORE));
+    if (!done) return false;
+    finished_ = true;
     std::erase(pending_rounds, this);
     return true;
   }
 
  protected:
-  // Runs when the current round is complete: posts the next round or sets finished_.
-  virtual void on_round_complete() = 0;
+  // Moves the operation on as far as arrived data allows; returns whether its own steps are
+  // done (the background sends are checked by test()).
+  virtual bool advance() = 0;
 
+  // Starts a send or receive of the current round, which round_complete() checks.
   void post_send(const void* data, int count, int peer) {
     requests_.emplace_back();
     MPI_CHECK(MPI_Isend(data, count, type_, peer, tag_, comm_, &requests_.back()));
   }
-  void post_recv(void* data, int count, int peer) {
-    requests_.emplace_back();
-    MPI_CHECK(MPI_Irecv(data, count, type_, peer, tag_, comm_, &requests_.back()));
+  void post_recv(void* data, int count, int peer) { requests_.push_back(start_recv(data, count, peer)); }
+  // Returns whether every request of the current round has completed.
+  bool round_complete() {
+    int done = 0;
+    MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                          MPI_STATUSES_IGNORE));
+    if (done) requests_.clear();
+    return done != 0;
+  }
+  void post_background_send(const void* data, int count, int peer) {
+    background_.emplace_back();
+    MPI_CHECK(MPI_Isend(data, count, type_, peer, tag_, comm_, &background_.back()));
+  }
+  MPI_Request start_recv(void* data, int count, int peer) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Irecv(data, count, type_, peer, tag_, comm_, &request));
+    return request;
   }
 
   RoundsHandle(DType dtype, MPI_Comm comm, int tag, const char* name)
@@ -123,7 +141,8 @@ class RoundsHandle : public CommHandle {
   int rank_ = 0;
   int size_ = 1;
   bool finished_ = false;
-  std::vector<MPI_Request> requests_;
+  std::vector<MPI_Request> requests_;    // the current round
+  std::vector<MPI_Request> background_;  // sends that only need to finish
 };
 
 void advance_pending_rounds() {
@@ -132,6 +151,81 @@ void advance_pending_rounds() {
   for (RoundsHandle* handle : pending) handle->test();
 }
 
+// Receives every rank's copy of one slice and adds them in rank order as they arrive: the
+// sends of this rank's slices to every peer start at once, the receives run in rank order
+// through kReceiveBuffers buffers, so the staging is a few slices whatever the world size.
+class ChainedSum {
+ public:
+  static constexpr int kReceiveBuffers = 2;
+
+  // Starts a receive of `count` elements from a rank into a buffer.
+  using PostRecv = std::function<MPI_Request(void* data, int rank)>;
+
+  // Expects `ranks` contributions of `count` elements, rank `self`'s being `own`; `out`
+  // receives the sum (it may be `own` only when `self` is 0, whose contribution comes first).
+  // Posts the first receives.
+  ChainedSum(DType dtype, int64_t count, int ranks, int self, const void* own, void* out,
+             Allocator& staging, PostRecv post_recv)
+      : count_(count), ranks_(ranks), self_(self), own_(own), sum_(dtype, count, out, staging),
+        post_recv_(std::move(post_recv)) {
+    const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    for (int b = 0; b < std::min(ranks - 1, kReceiveBuffers); ++b)
+      buffers_[b] = Buffer(staging, bytes, MemoryCategory::communication);
+    post_receives();
+  }
+
+  // Adds every contribution that has arrived, in rank order; returns whether all are in.
+  bool advance() {
+    while (sum_.added() < ranks_) {
+      const int rank = sum_.added();
+      if (rank == self_) {
+        sum_.add(own_);
+        continue;
+      }
+      Posted& oldest = posted_.front();
+      int done = 0;
+      MPI_CHECK(MPI_Test(&oldest.request, &done, MPI_STATUS_IGNORE));
+      if (!done) return false;
+      sum_.add(buffers_[oldest.buffer].data());
+      posted_.erase(posted_.begin());
+      post_receives();
+    }
+    sum_.finish();
+    return true;
+  }
+
+ private:
+  struct Posted {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int buffer = 0;
+  };
+
+  // Posts receives in rank order while a buffer is free.
+  void post_receives() {
+    while (static_cast<int>(posted_.size()) < kReceiveBuffers && next_to_post_ < ranks_) {
+      const int rank = next_to_post_++;
+      if (rank == self_) continue;
+      if (count_ == 0) {  // both ends skip an empty message
+        posted_.push_back({MPI_REQUEST_NULL, 0});
+        continue;
+      }
+      const int buffer = receives_++ % kReceiveBuffers;
+      posted_.push_back({post_recv_(buffers_[buffer].data(), rank), buffer});
+    }
+  }
+
+  int64_t count_;
+  int ranks_;
+  int self_;
+  const void* own_;
+  RankOrderSum sum_;
+  PostRecv post_recv_;
+  Buffer buffers_[kReceiveBuffers];
+  std::vector<Posted> posted_;  // receives in flight, oldest (lowest rank) first
+  int next_to_post_ = 0;
+  int receives_ = 0;  // receives posted so far; the k-th uses buffer k % kReceiveBuffers
+};
+
 class OrderedAllReduce final : public RoundsHandle {
  public:
   OrderedAllReduce(const Tensor& t, MPI_Comm comm, int tag, const char* name, Allocator& staging)
@@ -139,39 +233,44 @@ class OrderedAllReduce final : public RoundsHandle {
     const int64_t total = t.numel();
     for (int r = 0; r <= size_; ++r) chunk_begin_.push_back(chunk_begin(total, size_, r));
     const int64_t mine = chunk_count(rank_);
-    contributions_ = Buffer(staging, static_cast<size_t>(mine * size_) * dtype_size(dtype_),
-                            MemoryCategory::communication);
-    // Round 1: chunk r of every rank's tensor goes to rank r. Every rank computes the same
-    // chunk sizes, so both ends of an empty message skip it.
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) {
-        if (mine > 0)
-          std::memcpy(contribution(r), chunk(rank_), static_cast<size_t>(mine) * element());
-        continue;
-      }
-      if (mine > 0) post_recv(contribution(r), static_cast<int>(mine), r);
-      if (chunk_count(r) > 0) post_send(chunk(r), static_cast<int>(chunk_count(r)), r);
+    // The sum overwrites this rank's chunk, which later ranks' contributions are added to, so
+    // rank 0 alone (whose contribution comes first) sums in place.
+    const void* own = chunk(rank_);
+    if (rank_ != 0 && mine > 0) {
+      own_copy_ = Buffer(staging, static_cast<size_t>(mine) * element(),
+                         MemoryCategory::communication);
+      std::memcpy(own_copy_.data(), chunk(rank_), static_cast<size_t>(mine) * element());
+      own = own_copy_.data();
     }
+    // Chunk r of this rank's tensor goes to rank r. Every rank computes the same chunk sizes,
+    // so both ends of an empty message skip it.
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && chunk_count(r) > 0)
+        post_background_send(chunk(r), static_cast<int>(chunk_count(r)), r);
+    }
+    chain_.emplace(dtype_, mine, size_, rank_, own, chunk(rank_), staging,
+                   [this, mine](void* data, int r) {
+                     return start_recv(data, static_cast<int>(mine), r);
+                   });
   }
   ~OrderedAllReduce() override { wait_before_destruction(*this); }
 
  private:
-  void on_round_complete() override {
-    if (summed_) {
-      finished_ = true;
-      return;
+  bool advance() override {
+    if (!summed_) {
+      if (!chain_->advance()) return false;
+      summed_ = true;
+      // Round 2: this rank's summed chunk goes to every rank, every other chunk comes in. It
+      // reuses round 1's tag: MPI never lets a sender's later message overtake an earlier one
+      // with the same tag, so each receive matches the round it was posted for.
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        if (chunk_count(r) > 0) post_recv(chunk(r), static_cast<int>(chunk_count(r)), r);
+        if (chunk_count(rank_) > 0)
+          post_send(chunk(rank_), static_cast<int>(chunk_count(rank_)), r);
+      }
     }
-    // Round 2: this rank's summed chunk goes to every rank, every other chunk comes in. It
-    // reuses round 1's tag: MPI never lets a sender's later message overtake an earlier one
-    // with the same tag, so each receive matches the round it was posted for.
-    sum_in_rank_order(contributions(), size_, chunk_count(rank_), dtype_, chunk(rank_));
-    summed_ = true;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      if (chunk_count(r) > 0) post_recv(chunk(r), static_cast<int>(chunk_count(r)), r);
-      if (chunk_count(rank_) > 0)
-        post_send(chunk(rank_), static_cast<int>(chunk_count(rank_)), r);
-    }
+    return round_complete();
   }
 
   size_t element() const { return dtype_size(dtype_); }
@@ -179,14 +278,11 @@ class OrderedAllReduce final : public RoundsHandle {
   char* chunk(int r) const {
     return static_cast<char*>(tensor_.data) + chunk_begin_[r] * static_cast<int64_t>(element());
   }
-  char* contributions() const { return static_cast<char*>(contributions_.data()); }
-  char* contribution(int r) const {
-    return contributions() + r * chunk_count(rank_) * static_cast<int64_t>(element());
-  }
 
   Tensor tensor_;
   std::vector<int64_t> chunk_begin_;
-  Buffer contributions_;  // [rank][this rank's chunk]
+  Buffer own_copy_;
+  std::optional<ChainedSum> chain_;
   bool summed_ = false;
 };
 
@@ -194,34 +290,24 @@ class OrderedReduceScatter final : public RoundsHandle {
  public:
   OrderedReduceScatter(const Tensor& in, const Tensor& out, MPI_Comm comm, int tag,
                        const char* name, Allocator& staging)
-      : RoundsHandle(in.dtype, comm, tag, name), out_(out) {
+      : RoundsHandle(in.dtype, comm, tag, name) {
     const int count = static_cast<int>(out.numel());
     const size_t slice_bytes = out.nbytes();
-    contributions_ = Buffer(staging, slice_bytes * static_cast<size_t>(size_),
-                            MemoryCategory::communication);
-    char* contributions = static_cast<char*>(contributions_.data());
     const char* input = static_cast<const char*>(in.data);
     for (int r = 0; r < size_; ++r) {
-      char* from_r = contributions + slice_bytes * static_cast<size_t>(r);
-      const char* slice_r = input + slice_bytes * static_cast<size_t>(r);
-      if (r == rank_) {
-        std::memcpy(from_r, slice_r, slice_bytes);
-      } else {
-        post_recv(from_r, count, r);
-        post_send(slice_r, count, r);
-      }
+      if (r != rank_ && count > 0)
+        post_background_send(input + slice_bytes * static_cast<size_t>(r), count, r);
     }
+    chain_.emplace(dtype_, out.numel(), size_, rank_,
+                   input + slice_bytes * static_cast<size_t>(rank_), out.data, staging,
+                   [this, count](void* data, int r) { return start_recv(data, count, r); });
   }
   ~OrderedReduceScatter() override { wait_before_destruction(*this); }
 
  private:
-  void on_round_complete() override {
-    sum_in_rank_order(contributions_.data(), size_, out_.numel(), dtype_, out_.data);
-    finished_ = true;
-  }
+  bool advance() override { return chain_->advance(); }
 
-  Tensor out_;
-  Buffer contributions_;  // [rank][slice]
+  std::optional<ChainedSum> chain_;
 };
 
 }  // namespace

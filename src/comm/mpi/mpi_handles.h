@@ -20,14 +20,18 @@ std::unique_ptr<CommHandle> make_recv_handle(MPI_Request request, int expected, 
                                              int peer);
 
 // Starts the deterministic all_reduce of `t` in place over `comm`: each rank receives every
-// rank's copy of one chunk, sums it in rank order, then sends the sum to every rank. `tag`
-// must be the same on every rank and unique among this communicator's pending operations;
-// `name` as above. The received copies (size x one chunk) are staged in a buffer from
-// `staging`, counted as communication, until the handle is destroyed.
+// rank's copy of one chunk and adds them in rank order as they arrive (an ordered
+// reduce-scatter), then sends the sum to every rank (an all-gather), so each rank receives
+// 2 (size - 1) / size of the tensor, as in a ring. `tag` must be the same on every rank and
+// unique among this communicator's pending operations; `name` as above. Staging from
+// `staging`, counted as communication until the handle is destroyed: two receive buffers of
+// one chunk, a copy of this rank's own chunk (ranks > 0) and, for 16-bit floats, the chunk's
+// f32 totals.
 std::unique_ptr<CommHandle> start_ordered_all_reduce(const Tensor& t, MPI_Comm comm, int tag,
                                                      const char* name, Allocator& staging);
 // Starts the deterministic reduce_scatter: rank r receives every rank's slice r of `in` and
-// writes their rank-order sum into `out`. `tag`, `name` and `staging` (size slices) as above.
+// adds them in rank order into `out` as they arrive. `tag`, `name` as above; staging: two
+// receive buffers of one slice (and the f32 totals of a 16-bit slice).
 std::unique_ptr<CommHandle> start_ordered_reduce_scatter(const Tensor& in, const Tensor& out,
                                                          MPI_Comm comm, int tag,
                                                          const char* name, Allocator& staging);

@@ -4,9 +4,11 @@
 // byte-identical on every rank. bf16 sums must be the f32 serial sum rounded once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "core/buffer.h"
 #include "mpi_test_util.h"
 
 namespace anvil {
@@ -115,6 +117,39 @@ TEST(MpiOrderedSum, OutstandingSumsFinishWhicheverIsWaitedFirst) {
     handles[b]->wait();
   }
   for (int b = 0; b < buckets; ++b) EXPECT_EQ(count_mismatches(data[b], p, 10 + b), 0) << b;
+}
+
+// Host memory that counts what the ordered sums stage in it.
+class CountingStaging final : public Allocator {
+ public:
+  Device device() const override { return Device{}; }
+
+ protected:
+  void* do_allocate(size_t bytes) override { return allocate_host_memory(bytes); }
+  void do_deallocate(void* ptr, size_t) override { free_host_memory(ptr); }
+};
+
+TEST(MpiOrderedSum, StagesTwoReceiveBuffersWhateverTheWorldSize) {
+  // Each rank adds the contributions in rank order as they arrive, so the staging is two
+  // receive buffers of one slice (and, for an all-reduce, a copy of the rank's own chunk),
+  // not one buffer per rank.
+  Communicator& comm = world();
+  const int p = comm.size();
+  const int64_t slice = 3000;
+  CountingStaging staging;
+  comm.set_staging_allocator(&staging);
+  std::vector<float> in = rank_input(comm.rank(), slice * p, 4);
+  std::vector<float> out(slice);
+  comm.reduce_scatter(f32_tensor(in), f32_tensor(out), ReduceOp::ordered_sum);
+  const int64_t slice_bytes = slice * static_cast<int64_t>(sizeof(float));
+  const int64_t receive_buffers = std::min(p - 1, 2) * slice_bytes;
+  EXPECT_EQ(staging.memory_snapshot().peak_of(MemoryCategory::communication), receive_buffers);
+  staging.reset_memory_peaks();
+  comm.all_reduce(f32_tensor(in), ReduceOp::ordered_sum);
+  EXPECT_LE(staging.memory_snapshot().peak_of(MemoryCategory::communication),
+            receive_buffers + slice_bytes);
+  comm.set_staging_allocator(nullptr);
+  EXPECT_EQ(count_mismatches(in, p, 4), 0);
 }
 
 }  // namespace
