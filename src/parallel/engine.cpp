@@ -50,7 +50,7 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
       stage_(mesh.zero_stage()),
       head_(head_group(model.config())),
       tied_(model.config().tie_embeddings),
-      plan_(model.trainable().layout(), mesh.data_world(), mesh.shape().fsdp, mesh.data_rank()),
+      plan_(model.trainable().layout(), mesh.data_world(), mesh.shard_count(), mesh.data_rank()),
       lora_(model.lora_enabled()),
       spans_(layout_decay_spans(model.trainable().layout())) {
   const TensorParallel& tp = model.options().tp;
@@ -77,7 +77,7 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
               "DataParallelEngine::model_options",
               stage_);
   if (lora_) {
-    frozen_plan_ = ShardPlan(model.parameters().layout(), mesh.data_world(), mesh.shape().fsdp,
+    frozen_plan_ = ShardPlan(model.parameters().layout(), mesh.data_world(), mesh.shard_count(),
                              mesh.data_rank());
   }
   allocate_state(options.micro_batches);
@@ -357,7 +357,7 @@ void DataParallelEngine::publish_weights() {
 
 std::unique_ptr<CommHandle> DataParallelEngine::start_publish(int group) {
   const GroupShard& s = plan_.group(group);
-  if (stage_ == 0 || stage_ == 3 || mesh_->shape().fsdp == 1 || s.numel == 0) return nullptr;
+  if (stage_ == 0 || stage_ == 3 || mesh_->shard_count() == 1 || s.numel == 0) return nullptr;
   const Tensor replica = whole(storage_[static_cast<size_t>(group)].replica);
   return mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica);
 }

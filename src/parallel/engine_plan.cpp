@@ -40,21 +40,27 @@ struct PlannedLayouts {
   ShardPlan frozen_plan;  // LoRA only
 };
 
+// Returns how many shards ZeRO cuts the state into (DeviceMesh::shard_count).
+int shard_count(const MeshShape& shape, int zero_stage) {
+  return zero_stage == 0 ? 1 : shape.fsdp * shape.cp;
+}
+
 PlannedLayouts planned_layouts(const LlamaConfig& config, const ModelOptions& options,
-                               const MeshShape& shape, int data_rank) {
+                               const MeshShape& shape, int zero_stage, int data_rank) {
   const LlamaConfig shard = tp_shard_config(config, shape.tp);
   const int data_world = shape.dp * shape.fsdp * shape.cp;
+  const int shards = shard_count(shape, zero_stage);
   PlannedLayouts out;
   out.shard = shard;
   const auto base = make_llama_layout(shard, options.decay_embeddings);
   if (options.lora.enabled()) {
     out.trainable = make_lora_layout(shard, options.lora);
     out.frozen = base;
-    out.frozen_plan = ShardPlan(*base, data_world, shape.fsdp, data_rank);
+    out.frozen_plan = ShardPlan(*base, data_world, shards, data_rank);
   } else {
     out.trainable = base;
   }
-  out.plan = ShardPlan(*out.trainable, data_world, shape.fsdp, data_rank);
+  out.plan = ShardPlan(*out.trainable, data_world, shards, data_rank);
   return out;
 }
 
@@ -90,7 +96,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   report.comm_buffers = static_cast<int64_t>(model.ring_blocks);
 
   // What allocate_state and build_optimizer allocate.
-  const PlannedLayouts layouts = planned_layouts(config, options, shape, data_rank);
+  const PlannedLayouts layouts = planned_layouts(config, options, shape, zero_stage, data_rank);
   const ShardPlan& plan = layouts.plan;
   const bool lora = options.lora.enabled();
   const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
@@ -154,10 +160,11 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
   using Kind = PlannedCollective::Kind;
   const MeshShape shape = resolve_mesh_shape(parallel, world);
   const int zero_stage = parallel.zero_stage;
-  const PlannedLayouts layouts = planned_layouts(config, options, shape, 0);
+  const PlannedLayouts layouts = planned_layouts(config, options, shape, zero_stage, 0);
   const ShardPlan& plan = layouts.plan;
   const int data_world = shape.dp * shape.fsdp * shape.cp;
-  const int replicas = shape.dp * shape.cp;  // the engine's dp() axis
+  const int shards = shard_count(shape, zero_stage);  // the engine's fsdp() axis
+  const int replicas = data_world / shards;          // and its dp() axis
   const int64_t m = micro_batches, f32 = sizeof(float);
   int64_t numel = 0, padded = 0, shard = 0;
   for (int g = 0; g < plan.group_count(); ++g) {
@@ -187,12 +194,12 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
         true);
   }
   // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back.
-  if ((zero_stage == 1 || zero_stage == 2) && shape.fsdp > 1)
-    add("fsdp", "weight all-gather after the step", Kind::all_gather, shape.fsdp, padded * f32,
+  if ((zero_stage == 1 || zero_stage == 2) && shards > 1)
+    add("fsdp", "weight all-gather after the step", Kind::all_gather, shards, padded * f32,
         false);
   if (zero_stage == 3) {
     const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
-    add("fsdp", "weight all-gather", Kind::all_gather, shape.fsdp,
+    add("fsdp", "weight all-gather", Kind::all_gather, shards,
         stage3_gather_bytes(layouts.shard, micro_batches, slots, parallel.prefetch), true);
   }
   // Tensor parallelism (estimate, (N, C) f32 sums of one micro-batch each): the row-parallel

@@ -136,9 +136,9 @@ DeviceMesh::DeviceMesh(Communicator& world, const ParallelSettings& settings)
   const int data_rank = rank / shape_.tp;  // sample rank * cp + cp index
   const int cp_index = data_rank % shape_.cp;
   const int sample_rank = data_rank / shape_.cp;
-  const int dp_index = sample_rank % shape_.dp;
-  const int fsdp_index = sample_rank / shape_.dp;
-  const int replica_index = dp_index * shape_.cp + cp_index;  // on the engine's dp x cp axis
+  const int replicas = settings.zero_stage == 0 ? shape_.dp * shape_.cp : shape_.dp;
+  const int shard_index = data_rank / replicas;
+  const int replica_index = data_rank % replicas;
   auto counted = [](std::unique_ptr<Communicator> comm, const char* axis) {
     return std::make_unique<CountingCommunicator>(std::move(comm), axis);
   };
@@ -147,8 +147,8 @@ DeviceMesh::DeviceMesh(Communicator& world, const ParallelSettings& settings)
   cp_ = counted(world.split(sample_rank * shape_.tp + tp_index, cp_index), "cp");
   cp_ops_ = std::make_unique<CommunicatorContextParallel>(*cp_);
   data_ = counted(world.split(tp_index, data_rank), "data");
-  dp_ = counted(world.split(fsdp_index * shape_.tp + tp_index, replica_index), "dp");
-  fsdp_ = counted(world.split(replica_index * shape_.tp + tp_index, fsdp_index), "fsdp");
+  dp_ = counted(world.split(shard_index * shape_.tp + tp_index, replica_index), "dp");
+  fsdp_ = counted(world.split(replica_index * shape_.tp + tp_index, shard_index), "fsdp");
 }
 
 MeshTraffic DeviceMesh::traffic() const {
@@ -185,8 +185,12 @@ ContextParallel DeviceMesh::context_parallel() const {
 
 std::string DeviceMesh::describe() const {
   const std::string cp = shape_.cp > 1 ? fmt::format(" x cp {}", shape_.cp) : std::string();
-  return fmt::format("world {} = dp {} x fsdp {} x tp {}{}, ZeRO stage {}{}", world_->size(),
-                     shape_.dp, shape_.fsdp, shape_.tp, cp, settings_.zero_stage,
+  const std::string shards =
+      shape_.cp > 1 && settings_.zero_stage > 0
+          ? fmt::format(" (sharded over fsdp x cp = {})", shard_count())
+          : std::string();
+  return fmt::format("world {} = dp {} x fsdp {} x tp {}{}, ZeRO stage {}{}{}", world_->size(),
+                     shape_.dp, shape_.fsdp, shape_.tp, cp, settings_.zero_stage, shards,
                      settings_.offload ? ", optimizer offload" : "");
 }
 

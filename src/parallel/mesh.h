@@ -7,9 +7,12 @@
 // sequence), and sample rank order is the data order.
 // The data communicator (the dp x fsdp x cp ranks with one tp index, rank = q * cp + cp index)
 // is what gradients, losses and token counts are summed over: the cp ranks of a group each hold
-// part of every sequence, so for reductions they are extra data ranks. ZeRO shards over fsdp;
-// the cp ranks hold replicas of their fsdp shard like the dp ranks do, so the engine's replica
-// axis dp() spans dp x cp (rank dp index * cp + cp index).
+// part of every sequence, so for reductions they are extra data ranks. ZeRO (stages 1-3)
+// shards over fsdp x cp (torchtitan's dp_shard_cp): the cp ranks hold different shards, and
+// only the dp ranks hold replicas. Which data ranks share a shard is a matter of storage alone
+// (every rank gathers whole weights and reduces over all data ranks), so the engine's axes cut
+// the data ranks in order: shard index = data rank / dp on fsdp(), replica index = data rank %
+// dp on dp(); stage 0 has one shard, replicated on all data ranks.
 // Axis resolution (0 = auto): both dp and fsdp auto -> zero_stage 0 replicates (dp = world /
 // (tp cp)), zero_stage >= 1 shards (fsdp = world / (tp cp)); one of them set -> the other takes
 // the rest. Each axis gets its own communicator, split once from the world.
@@ -70,10 +73,12 @@ class DeviceMesh {
   // The world the mesh was split from (counted and traced as axis "world"; its bytes are not
   // part of traffic()).
   Communicator& world() const { return *world_; }
-  // The ranks holding the same fsdp shard (replicas); size dp x cp.
+  // The ranks holding the same shard (replicas); size dp (data world under stage 0).
   Communicator& dp() const { return *dp_; }
-  // The ranks that together hold one replica of the sharded state; size fsdp.
+  // The ranks that together hold one replica of the sharded state; size shard_count().
   Communicator& fsdp() const { return *fsdp_; }
+  // Returns how many shards ZeRO cuts the state into: fsdp x cp under stages 1-3, else 1.
+  int shard_count() const { return fsdp_->size(); }
   // The ranks of one tensor-parallel group (same data rank); size tp.
   Communicator& tp() const { return *tp_; }
   // The ranks of one context-parallel group (same samples, same tp index); size cp.
@@ -101,7 +106,7 @@ class DeviceMesh {
   // rank's tp index and the tp collectives (ordered sums over tp(), so every tp rank computes
   // bitwise the same replicated values).
   TensorParallel tensor_parallel() const;
-  // Returns this rank's index on the engine's replica axis (dp index * cp + cp index).
+  // Returns this rank's replica index (its rank in dp()) and shard index (in fsdp()).
   int dp_index() const { return dp_->rank(); }
   int fsdp_index() const { return fsdp_->rank(); }
   // Returns the bytes counted so far on each axis.
@@ -109,7 +114,8 @@ class DeviceMesh {
   // Sets the staging allocator (Communicator::set_staging_allocator) of every axis
   // communicator; not of world(), which wraps a communicator the mesh does not own.
   void set_staging_allocator(Allocator* allocator);
-  // Returns "world 4 = dp 2 x fsdp 2 x tp 1, ZeRO stage 3" (" x cp 2" after tp when cp > 1).
+  // Returns "world 4 = dp 2 x fsdp 2 x tp 1, ZeRO stage 3" (" x cp 2" after tp when cp > 1,
+  // and " (sharded over fsdp x cp = 4)" after the stage when ZeRO shards over cp too).
   std::string describe() const;
 
  private:

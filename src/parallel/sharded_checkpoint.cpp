@@ -193,10 +193,10 @@ void write_engine_optimizer(DataParallelEngine& engine, const std::filesystem::p
   file.set_metadata("step", std::to_string(engine.optimizer_steps()));
   file.set_metadata(kShardOffsetsKey, offsets.dump());
   file.set_metadata("fsdp_index", std::to_string(mesh.fsdp_index()));
-  file.set_metadata("fsdp_size", std::to_string(mesh.shape().fsdp));
+  file.set_metadata("fsdp_size", std::to_string(mesh.shard_count()));
   file.set_metadata(kTpIndexKey, std::to_string(mesh.tp_index()));
   file.set_metadata(kTpSizeKey, std::to_string(mesh.shape().tp));
-  file.write(dir / optimizer_file_name(mesh.fsdp_index(), mesh.shape().fsdp, mesh.tp_index(),
+  file.write(dir / optimizer_file_name(mesh.fsdp_index(), mesh.shard_count(), mesh.tp_index(),
                                        mesh.shape().tp));
 }
 

@@ -133,7 +133,7 @@ std::string mib(int64_t bytes) {
 ShardingReport sharding_report(DataParallelEngine& engine) {
   const DeviceMesh& mesh = engine.mesh();
   const int stage = engine.zero_stage();
-  const int fsdp = mesh.shape().fsdp;
+  const int fsdp = mesh.shard_count();
   const int tp = mesh.shape().tp;
   LlamaModel& model = engine.model();
   std::vector<TensorRow> rows;

@@ -176,8 +176,12 @@ std::string plan_text(const Plan& plan, const PlanSettings& settings,
                      c.training.batch_size, c.training.seq_len, c.training.grad_accum,
                      plan.shape.dp * plan.shape.fsdp, plan.time.tokens_per_step,
                      c.training.activation_checkpointing ? "on" : "off");
-  out += fmt::format("mesh: world {} = {}, ZeRO stage {}{}\n", plan.world, mesh_text(plan),
-                     plan.zero_stage, plan.offload ? ", optimizer offload" : "");
+  const std::string cp_shards =
+      plan.shape.cp > 1 && plan.zero_stage > 0
+          ? fmt::format(" (sharded over fsdp x cp = {})", plan.shape.fsdp * plan.shape.cp)
+          : std::string();
+  out += fmt::format("mesh: world {} = {}, ZeRO stage {}{}{}\n", plan.world, mesh_text(plan),
+                     plan.zero_stage, cp_shards, plan.offload ? ", optimizer offload" : "");
   out += fmt::format("memory per device, {}{}:\n", unit.name,
                      plan.offload ? " (device | host)" : "");
   for (int k = 0; k < kMemoryCategoryCount; ++k) {

@@ -159,7 +159,8 @@ INSTANTIATE_TEST_SUITE_P(Bf16, ContextParallelEqualsOneProcess,
                          ::testing::Values(CpCase{2, 1, 1, 0, true, 1, false, DType::bf16}));
 
 // Rank placement at tp 2 x cp 2 (4 ranks) and at cp 2 x fsdp 2: tp innermost, then cp; the cp
-// ranks of a group read the same samples and sit next to each other in the data communicator.
+// ranks of a group read the same samples and sit next to each other in the data communicator;
+// ZeRO shards over fsdp x cp.
 TEST(ContextParallelMesh, PlacesTpThenCpThenTheDataAxes) {
   Communicator& world = anvil::world();
   if (world.size() != 4) GTEST_SKIP() << "runs with 4 ranks";
@@ -180,9 +181,23 @@ TEST(ContextParallelMesh, PlacesTpThenCpThenTheDataAxes) {
   EXPECT_EQ(b.shape().fsdp, 2);
   EXPECT_EQ(b.cp_index(), r % 2);
   EXPECT_EQ(b.sample_rank(), r / 2);
-  EXPECT_EQ(b.fsdp_index(), r / 2);
-  EXPECT_EQ(b.dp_index(), r % 2) << "the cp ranks are the replicas of an fsdp shard";
-  EXPECT_EQ(b.dp().size(), 2);
+  // ZeRO shards over fsdp x cp: every data rank holds its own shard, none is a replica.
+  EXPECT_EQ(b.shard_count(), 4);
+  EXPECT_EQ(b.fsdp_index(), b.data_rank());
+  EXPECT_EQ(b.dp().size(), 1);
+  // With dp 2 as well, the data ranks in order pair up as replicas of fsdp x cp = 2 shards.
+  ParallelSettings dp_cp = cp_fsdp;
+  dp_cp.dp = 2;
+  const DeviceMesh c(world, dp_cp);
+  EXPECT_EQ(c.shard_count(), 2);
+  EXPECT_EQ(c.fsdp_index(), c.data_rank() / 2);
+  EXPECT_EQ(c.dp_index(), c.data_rank() % 2);
+  // Stage 0 keeps one state, replicated on every data rank.
+  ParallelSettings replicated;
+  replicated.cp = 2;
+  const DeviceMesh d(world, replicated);
+  EXPECT_EQ(d.shard_count(), 1);
+  EXPECT_EQ(d.dp().size(), 4);
 }
 
 // The ring moves, per layer and micro-batch, (cp - 1) key/value blocks forward and again in
