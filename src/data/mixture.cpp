@@ -47,6 +47,7 @@ MixtureSource::MixtureSource(std::vector<MixtureComponent> components)
                 c.name, c.weight, sum);
     quota_.push_back(static_cast<int64_t>(quota));
     quota_sum_ += quota_.back();
+    weights_.push_back(c.weight / sum);
   }
   drawn_.assign(components_.size(), 0);
   snapshots_.push_back(drawn_);
@@ -103,14 +104,6 @@ std::vector<int64_t> MixtureSource::epochs_completed(int64_t n) {
     epochs[k] = per_epoch > 0 ? epochs[k] / per_epoch : 0;
   }
   return epochs;
-}
-
-std::vector<double> MixtureSource::normalised_weights() const {
-  std::vector<double> weights;
-  for (const int64_t q : quota_) {
-    weights.push_back(static_cast<double>(q) / static_cast<double>(quota_sum_));
-  }
-  return weights;
 }
 
 void MixtureSource::fill(int64_t first_sample, int count, const Tensor& tokens,

@@ -43,8 +43,8 @@ class MixtureSource : public SampleSource {
   // Returns each component's completed passes after global samples [0, n) (0 for a component
   // without epochs).
   std::vector<int64_t> epochs_completed(int64_t n);
-  // Returns each component's normalised weight (q_k / Q, summing to 1).
-  std::vector<double> normalised_weights() const;
+  // Returns each component's weight divided by the sum of the weights (q_k / Q up to 2^-32).
+  const std::vector<double>& normalised_weights() const { return weights_; }
   int size() const { return static_cast<int>(components_.size()); }
   const MixtureComponent& component(int k) const { return components_[static_cast<size_t>(k)]; }
 
@@ -55,6 +55,7 @@ class MixtureSource : public SampleSource {
   int pick() const;
 
   std::vector<MixtureComponent> components_;
+  std::vector<double> weights_;  // w_k / sum(w)
   std::vector<int64_t> quota_;  // q_k
   int64_t quota_sum_ = 0;       // Q
   // The walk: drawn_[k] = drawn_k(next_sample_). snapshots_[s] holds drawn_ at sample
