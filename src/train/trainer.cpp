@@ -191,9 +191,9 @@ void Trainer::record_sources(TrainStepRecord& record, int64_t samples_before) {
     record.source_tokens.emplace_back(source.name, drawn[static_cast<size_t>(k)] * seq_len_);
     const int64_t epochs = epochs_after[static_cast<size_t>(k)];
     if (epochs > epochs_before[static_cast<size_t>(k)]) {
-      message(fmt::format("data source '{}' ran out after {} passes over its {} windows; it "
-                          "repeats in a new order (epoch {})",
-                          source.name, epochs, source.samples_per_epoch, epochs + 1));
+      message(fmt::format("data source '{}' ran out (epoch {} of its {} windows done); it "
+                          "repeats in a new order",
+                          source.name, epochs, source.samples_per_epoch));
     }
   }
 }
