@@ -19,15 +19,18 @@ using testing_support::deterministic_metrics;
 using testing_support::run_anvil;
 using testing_support::scratch_dir;
 
-// 8 sequences of 16 tokens per step, two validation batches per source.
+// 8 sequences of 16 tokens per step, two validation batches per source; a constant learning
+// rate, so a run stopped early (a smaller training.steps) follows the same schedule.
 const std::string kModel = std::string(testing_support::kEasyCorpusModel) +
                            " --model.vocab_size=300 --training.batch_size=4 "
-                           "--training.grad_accum=2 --optimizer.lr=1e-2";
+                           "--training.grad_accum=2 --optimizer.lr=1e-2 "
+                           "--optimizer.schedule=constant --optimizer.warmup_steps=0";
 
 class TrainMixTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = new fs::path(scratch_dir("mix"));
+    fs::create_directories(*root_ / "web");
     testing_support::write_easy_corpus(*root_ / "web");
     // A second, smaller corpus prepared with the first one's tokenizer: it runs out first.
     std::string code;
