@@ -113,7 +113,8 @@ int run_train(const std::vector<std::string>& raw_args) {
   options.world = &world;
   options.dry_run = dry_run;
 
-  if (root && !options.config.data.synthetic && options.config.data.tokenizer.empty() &&
+  if (root && !options.config.data.synthetic && options.config.data.sources.empty() &&
+      options.config.data.tokenizer.empty() &&
       sample_corpus_needs_preparing(options.config.data.path)) {
     prepare_sample_corpus(options.config.data.path,
                           static_cast<int>(options.config.model.vocab_size));

@@ -31,11 +31,13 @@ std::string string_field(const nlohmann::json& json, const char* name) {
 }  // namespace
 
 nlohmann::json DataCursor::to_json() const {
-  return {{"next_sample", next_sample},
-          {"seed", seed},
-          {"seq_len", seq_len},
-          {"split", split},
-          {"tokenizer_fingerprint", tokenizer_fingerprint}};
+  nlohmann::json json = {{"next_sample", next_sample},
+                         {"seed", seed},
+                         {"seq_len", seq_len},
+                         {"split", split},
+                         {"tokenizer_fingerprint", tokenizer_fingerprint}};
+  if (!mixture.empty()) json["mixture"] = mixture;
+  return json;
 }
 
 DataCursor DataCursor::from_json(const nlohmann::json& json) {
@@ -46,6 +48,7 @@ DataCursor DataCursor::from_json(const nlohmann::json& json) {
   cursor.seq_len = integer_field<int>(json, "seq_len");
   cursor.split = string_field(json, "split");
   cursor.tokenizer_fingerprint = string_field(json, "tokenizer_fingerprint");
+  if (json.contains("mixture")) cursor.mixture = string_field(json, "mixture");
   return cursor;
 }
 
@@ -59,6 +62,13 @@ void DataCursor::check_resumable_with(const DataCursor& current) const {
   ANVIL_CHECK(tokenizer_fingerprint == current.tokenizer_fingerprint,
               "[data] saved data was tokenized with tokenizer {} but the dataset now uses {}",
               tokenizer_fingerprint, current.tokenizer_fingerprint);
+  const auto describe = [](const std::string& mix) {
+    return mix.empty() ? std::string("one dataset (data.path)") : "the mixture " + mix;
+  };
+  ANVIL_CHECK(mixture == current.mixture,
+              "[data] the checkpoint was trained on {} but data.sources now gives {}; resume "
+              "with the same sources and weights (or start a new run)",
+              describe(mixture), describe(current.mixture));
 }
 
 int64_t BatchLayout::global_batch() const {

@@ -19,13 +19,18 @@ struct DataCursor {
   int seq_len = 0;
   std::string split;                  // "train"; "synthetic" for SyntheticData
   std::string tokenizer_fingerprint;  // empty for synthetic data
+  // A weighted mixture's sources and normalised weights ("data/web 0.7; data/code 0.3");
+  // empty for one dataset.
+  std::string mixture;
 
-  // Returns {"next_sample":..,"seed":..,"seq_len":..,"split":..,"tokenizer_fingerprint":..}.
+  // Returns {"next_sample":..,"seed":..,"seq_len":..,"split":..,"tokenizer_fingerprint":..},
+  // with "mixture":.. after them for a mixture.
   nlohmann::json to_json() const;
-  // Parses to_json's output; throws naming the missing or mistyped field.
+  // Parses to_json's output (no "mixture": one dataset); throws naming the missing or
+  // mistyped field.
   static DataCursor from_json(const nlohmann::json& json);
   // Checks that this saved cursor belongs to the same data stream as `current` (same seed,
-  // seq_len, split and tokenizer), so resuming from it continues with the right samples.
+  // seq_len, split, tokenizer and mixture), so resuming from it continues with the right samples.
   void check_resumable_with(const DataCursor& current) const;
   bool operator==(const DataCursor&) const = default;
 };

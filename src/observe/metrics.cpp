@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "io/append_file.h"
 #include "io/file_util.h"
@@ -39,15 +40,34 @@ std::string memory_fields(const TrainStepRecord& r) {
                      r.mem_peak_bytes, peaks);
 }
 
+// Returns ',"name":{"key":value,...}', or "" when there are no entries.
+template <typename T>
+std::string object_field(const char* name, const std::vector<std::pair<std::string, T>>& entries) {
+  if (entries.empty()) return "";
+  std::string members;
+  for (const auto& [key, value] : entries) {
+    std::string text;
+    if constexpr (std::is_floating_point_v<T>) {
+      text = json_number(value);
+    } else {
+      text = fmt::format("{}", value);
+    }
+    members += fmt::format("{}{}:{}", members.empty() ? "" : ",", nlohmann::json(key).dump(),
+                           text);
+  }
+  return fmt::format(",\"{}\":{{{}}}", name, members);
+}
+
 }  // namespace
 
 std::string format_metrics_line(const TrainStepRecord& r) {
   return fmt::format(
       "{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},"
-      "\"skipped_steps\":{}{}{},\"tokens_per_s\":{:.1f}{},\"elapsed_s\":{:.3f}}}",
+      "\"skipped_steps\":{}{}{}{},\"tokens_per_s\":{:.1f}{},\"elapsed_s\":{:.3f}}}",
       r.step, json_number(r.loss), json_number(r.lr), json_number(r.grad_norm), r.tokens,
       r.skipped_steps, r.loss_scale > 0 ? fmt::format(",\"loss_scale\":{}", r.loss_scale) : "",
-      memory_fields(r), std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0,
+      object_field("source_tokens", r.source_tokens), memory_fields(r),
+      std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0,
       r.mfu >= 0 && std::isfinite(r.mfu) ? fmt::format(",\"mfu\":{:.4g}", r.mfu) : "",
       r.elapsed_s);
 }
@@ -58,6 +78,7 @@ std::string format_metrics_line(const EvalRecord& r) {
     line += fmt::format(",\"loss\":{},\"ppl\":{},\"tokens\":{}", json_number(r.loss),
                         json_number(r.perplexity), r.tokens);
   }
+  line += object_field("source_val_loss", r.source_val_loss);
   for (const auto& [name, value] : r.task_scores) {
     line += fmt::format(",\"{}\":{}", name, json_number(value));
   }

@@ -37,6 +37,9 @@ struct TrainStepRecord {
   int64_t skipped_steps = 0;  // steps skipped so far for a non-finite loss or gradient norm
   double mfu = -1;  // model FLOP utilisation of the step (0-1); < 0: unknown, not written
   double loss_scale = 0;  // the dynamic loss scale the step ran at; 0: no loss scaling
+  // A mixture's sources (data.sources paths) and the tokens of the windows each supplied so
+  // far (seq_len per window), written as "source_tokens": {...}; empty for one dataset.
+  std::vector<std::pair<std::string, int64_t>> source_tokens{};
   // Memory at the step's end, each the maximum over ranks, in bytes as the backends counted
   // them: the bytes held now, the most held at once since the run started, and each
   // category's own peak ("mem_peak": {"frozen_weights": ..., ...}). Not written when
@@ -55,6 +58,8 @@ struct EvalRecord {
   bool has_loss = true;  // false when only benchmark tasks were scored (no validation split)
   // Benchmark scores ([eval] tasks) as metric name and value, e.g. ("mmlu_acc", 0.31).
   std::vector<std::pair<std::string, double>> task_scores;
+  // A mixture's validation loss per source path, written as "source_val_loss": {...}.
+  std::vector<std::pair<std::string, double>> source_val_loss{};
 };
 
 // Returns the JSON line (no newline) for a record.

@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -128,6 +129,15 @@ std::vector<Chart> plan_charts(const std::vector<MetricSeries>& all) {
                 return tag == "train/mem_bytes" ? std::string("at step end")
                                                 : std::string("peak so far");
               });
+  // A mixture's sources, named by their data.sources path.
+  const auto source_group = [](const char* group) {
+    return std::pair{[group](const std::string& tag) { return tag.starts_with(group); },
+                     [group](const std::string& tag) { return tag.substr(std::strlen(group)); }};
+  };
+  const auto [tokens_pick, tokens_name] = source_group("source_tokens/");
+  planner.add("Tokens per source", "tokens drawn", tokens_pick, tokens_name);
+  const auto [val_pick, val_name] = source_group("source_val_loss/");
+  planner.add("Validation loss per source", "cross-entropy (nats/token)", val_pick, val_name);
   planner.add_groups();
   planner.add("Evaluation scores", "score",
               [](const std::string& tag) {

@@ -92,6 +92,9 @@ std::string_view type_description(const ConfigFieldRef& ref) {
     std::string_view operator()(bool*) const { return "true or false"; }
     std::string_view operator()(std::string*) const { return "a string"; }
     std::string_view operator()(std::vector<std::string>*) const { return "a list of strings"; }
+    std::string_view operator()(std::vector<DataSourceSpec>*) const {
+      return "a list of { path = \"dir\", weight = number } tables";
+    }
   };
   return std::visit(Describe{}, ref);
 }
@@ -133,6 +136,23 @@ bool assign_toml_node(const ConfigFieldRef& ref, const toml::node& node) {
       for (const toml::node& element : *array) {
         if (!element.is_string()) return false;
         values.push_back(element.as_string()->get());
+      }
+      *out = std::move(values);
+      return true;
+    }
+    bool operator()(std::vector<DataSourceSpec>* out) const {
+      const toml::array* array = node.as_array();
+      if (!array) return false;
+      std::vector<DataSourceSpec> values;
+      for (const toml::node& element : *array) {
+        const toml::table* table = element.as_table();
+        if (!table || table->size() != 2) return false;
+        const toml::node* path = table->get("path");
+        const toml::node* weight = table->get("weight");
+        if (!path || !path->is_string() || !weight) return false;
+        DataSourceSpec spec{path->as_string()->get(), 0};
+        if (!Assign{*weight}(&spec.weight)) return false;
+        values.push_back(std::move(spec));
       }
       *out = std::move(values);
       return true;
@@ -199,6 +219,16 @@ bool assign_text(const ConfigFieldRef& ref, std::string_view text) {
       *out = std::move(values);
       return true;
     }
+    bool operator()(std::vector<DataSourceSpec>* out) const {
+      // The value is TOML's inline-array syntax, parsed as the right side of a key.
+      toml::table document;
+      try {
+        document = toml::parse("value = " + std::string(text));
+      } catch (const toml::parse_error&) {
+        return false;
+      }
+      return assign_toml_node(out, *document.get("value"));
+    }
   };
   return std::visit(Assign{text}, ref);
 }
@@ -246,6 +276,16 @@ std::string toml_value_text(const ConfigFieldRef& ref) {
       for (size_t i = 0; i < values->size(); ++i) {
         if (i) text += ", ";
         text += toml_quote((*values)[i]);
+      }
+      return text + "]";
+    }
+    std::string operator()(std::vector<DataSourceSpec>* values) const {
+      std::string text = "[";
+      for (size_t i = 0; i < values->size(); ++i) {
+        if (i) text += ", ";
+        double weight = (*values)[i].weight;
+        text += fmt::format("{{ path = {}, weight = {} }}", toml_quote((*values)[i].path),
+                            (*this)(&weight));
       }
       return text + "]";
     }

@@ -36,8 +36,16 @@ struct ModelConfigSection {
   std::string init_from;        // empty: random initialisation
 };
 
+// One source of a weighted mixture ([data] sources): a prepared dataset folder and its weight.
+struct DataSourceSpec {
+  std::string path;
+  double weight = 0;  // relative; the mixture normalises the weights
+  bool operator==(const DataSourceSpec&) const = default;
+};
+
 struct DataConfigSection {
   std::string path = "data/fortunes";  // shard directory written by `anvil prepare`
+  std::vector<DataSourceSpec> sources;  // non-empty: a weighted mixture instead of `path`
   std::string tokenizer;               // empty: the one named by the data dir's meta.json
   bool synthetic = false;              // random tokens, no files
   std::string val_split = "val";
@@ -168,8 +176,8 @@ struct TrainConfig {
 };
 
 // A pointer to one field of a TrainConfig; its alternative is the field's value type.
-using ConfigFieldRef =
-    std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+using ConfigFieldRef = std::variant<int64_t*, double*, bool*, std::string*,
+                                    std::vector<std::string>*, std::vector<DataSourceSpec>*>;
 
 // One configuration key: where it lives and what it means.
 struct ConfigField {

@@ -37,6 +37,9 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(model, attention_bias, "q/k/v projection biases (Qwen2)"),
       ANVIL_CONFIG_FIELD(model, init_from, "HF model dir or checkpoint to start from"),
       ANVIL_CONFIG_FIELD(data, path, "token shard directory (from `anvil prepare`)"),
+      ANVIL_CONFIG_FIELD(data, sources,
+                         "weighted mixture: [{ path = \"dir\", weight = 0.7 }, ...] "
+                         "(instead of path)"),
       ANVIL_CONFIG_FIELD(data, tokenizer, "tokenizer.json, checked against the data's"),
       ANVIL_CONFIG_FIELD(data, synthetic, "train on random tokens, no files"),
       ANVIL_CONFIG_FIELD(data, val_split, "split used for evaluation"),

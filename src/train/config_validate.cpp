@@ -201,7 +201,32 @@ void validate_optimizer(const OptimizerConfigSection& optimizer) {
               optimizer.wsd_decay_fraction);
 }
 
+void validate_data(const DataConfigSection& data) {
+  if (data.sources.empty()) return;
+  ANVIL_CHECK(!data.synthetic,
+              "[config] data.sources and data.synthetic are both set; choose one");
+  ANVIL_CHECK(data.path == DataConfigSection{}.path,
+              "[config] data.path ('{}') and data.sources are both set; a mixture names every "
+              "dataset in data.sources",
+              data.path);
+  for (size_t i = 0; i < data.sources.size(); ++i) {
+    const DataSourceSpec& source = data.sources[i];
+    ANVIL_CHECK(!source.path.empty(), "[config] data.sources[{}] has an empty path", i);
+    ANVIL_CHECK(std::isfinite(source.weight) && source.weight > 0,
+                "[config] data.sources[{}] ('{}') has weight {}; weights must be positive "
+                "numbers",
+                i, source.path, source.weight);
+    for (size_t j = 0; j < i; ++j) {
+      ANVIL_CHECK(data.sources[j].path != source.path,
+                  "[config] data.sources names '{}' twice; give it one entry with the summed "
+                  "weight",
+                  source.path);
+    }
+  }
+}
+
 void validate_rest(const TrainConfig& config) {
+  validate_data(config.data);
   check_non_negative(config.parallel.dp, "parallel.dp");
   check_non_negative(config.parallel.fsdp, "parallel.fsdp");
   check_positive(config.parallel.tp, "parallel.tp");

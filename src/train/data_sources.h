@@ -7,17 +7,29 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/cursor.h"
+#include "data/mixture.h"
 #include "data/sample_source.h"
 #include "train/config.h"
 
 namespace anvil {
 
+// One source's validation split in a mixture, scored on its own.
+struct ValidationSource {
+  std::string name;   // the source's path as written in data.sources
+  double weight = 0;  // its normalised mixture weight
+  std::unique_ptr<SampleSource> source;
+  int64_t samples = 0;  // samples scored per evaluation
+};
+
 struct TrainingData {
   std::unique_ptr<SampleSource> train;
-  std::unique_ptr<SampleSource> val;  // null when training.eval_steps == 0
+  std::unique_ptr<SampleSource> val;  // null when training.eval_steps == 0 or for a mixture
   int64_t val_samples = 0;            // samples scored per evaluation
+  MixtureSource* mixture = nullptr;   // `train` when data.sources names a mixture
+  std::vector<ValidationSource> val_sources;  // a mixture's validation, one per source
   DataCursor stream;                  // identity of the training stream (next_sample = 0)
   std::string description;            // one line for the start-of-run log
 };

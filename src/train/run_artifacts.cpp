@@ -43,7 +43,9 @@ std::string run_tokenizer_path(const TrainConfig& config) {
   ANVIL_CHECK(!config.data.synthetic,
               "[run] this model was trained on synthetic tokens and has no tokenizer; pass "
               "--tokenizer FILE");
-  const std::filesystem::path data_dir = config.data.path;
+  // The sources of a mixture share one tokenizer; the first one's meta.json names it.
+  const std::filesystem::path data_dir =
+      config.data.sources.empty() ? config.data.path : config.data.sources.front().path;
   const std::filesystem::path meta_path = data_dir / "meta.json";
   ANVIL_CHECK(std::filesystem::exists(meta_path),
               "[run] cannot find the tokenizer: {} is missing; pass --tokenizer FILE",

@@ -128,7 +128,7 @@ EvalRecord Trainer::evaluate(int64_t step) {
   TraceSpan span("evaluate", "eval");
   EvalRecord record;
   record.step = step;
-  record.has_loss = data_.val != nullptr;
+  record.has_loss = data_.val != nullptr || !data_.val_sources.empty();
   if (!benchmarks_.empty()) {
     record.task_scores = benchmarks_.score(*engine_, eval_batch_size_);
     std::string line;
@@ -137,29 +137,65 @@ EvalRecord Trainer::evaluate(int64_t step) {
     }
     message(fmt::format("eval step {}: {}", step, line));
   }
-  if (!data_.val) {
+  if (!data_.val && data_.val_sources.empty()) {
     record.elapsed_s = seconds_between(run_start_, Clock::now());
     return record;
   }
+  if (data_.val) {
+    const LossSum total = score_validation(*data_.val, data_.val_samples);
+    record.loss = total.mean();
+    record.tokens = total.count;
+  } else {
+    // A mixture's validation loss weighs each source's mean loss by its mixture weight.
+    for (ValidationSource& source : data_.val_sources) {
+      const LossSum total = score_validation(*source.source, source.samples);
+      record.source_val_loss.emplace_back(source.name, total.mean());
+      record.loss += source.weight * total.mean();
+      record.tokens += total.count;
+    }
+  }
+  record.perplexity = std::exp(record.loss);
+  record.elapsed_s = seconds_between(run_start_, Clock::now());
+  std::string per_source;
+  for (const auto& [name, loss] : record.source_val_loss) {
+    per_source += fmt::format(" | {} {:.4f}", name, loss);
+  }
+  message(fmt::format("eval step {}: val loss {:.4f} | ppl {:.2f} | {} tokens{}", step,
+                      record.loss, record.perplexity, record.tokens, per_source));
+  return record;
+}
+
+LossSum Trainer::score_validation(SampleSource& source, int64_t samples) {
   // Batch i runs on data rank i % world; the engine adds the sums in batch order.
-  const int64_t batches = (data_.val_samples + eval_batch_size_ - 1) / eval_batch_size_;
+  const int64_t batches = (samples + eval_batch_size_ - 1) / eval_batch_size_;
   HostBatch::Views views;
-  const LossSum total = engine_->evaluate(batches, [&](int64_t i) {
+  return engine_->evaluate(batches, [&](int64_t i) {
     const int64_t first = i * eval_batch_size_;
-    const int count =
-        static_cast<int>(std::min<int64_t>(eval_batch_size_, data_.val_samples - first));
+    const int count = static_cast<int>(std::min<int64_t>(eval_batch_size_, samples - first));
     TraceSpan data_span("data", "data");
     data_span.arg("samples", count);
-    eval_batch_.fill(*data_.val, 0, first, count);
+    eval_batch_.fill(source, 0, first, count);
     return eval_batch_.micro_batch(0, count, views);
   });
-  record.loss = total.mean();
-  record.perplexity = std::exp(record.loss);
-  record.tokens = total.count;
-  record.elapsed_s = seconds_between(run_start_, Clock::now());
-  message(fmt::format("eval step {}: val loss {:.4f} | ppl {:.2f} | {} tokens", step, record.loss,
-                      record.perplexity, record.tokens));
-  return record;
+}
+
+void Trainer::record_sources(TrainStepRecord& record, int64_t samples_before) {
+  MixtureSource* mixture = data_.mixture;
+  if (mixture == nullptr) return;
+  const int64_t samples_after = progress_.cursor.next_sample;
+  const std::vector<int64_t> drawn = mixture->drawn_before(samples_after);
+  const std::vector<int64_t> epochs_after = mixture->epochs_completed(samples_after);
+  const std::vector<int64_t> epochs_before = mixture->epochs_completed(samples_before);
+  for (int k = 0; k < mixture->size(); ++k) {
+    const MixtureComponent& source = mixture->component(k);
+    record.source_tokens.emplace_back(source.name, drawn[static_cast<size_t>(k)] * seq_len_);
+    const int64_t epochs = epochs_after[static_cast<size_t>(k)];
+    if (epochs > epochs_before[static_cast<size_t>(k)]) {
+      message(fmt::format("data source '{}' ran out (epoch {} of its {} windows done); it "
+                          "repeats in a new order",
+                          source.name, epochs, source.samples_per_epoch));
+    }
+  }
 }
 
 std::string Trainer::resume_hint() const {
@@ -275,6 +311,7 @@ TrainResult Trainer::run() {
     TraceSpan step_span("step", "step");
     step_span.arg("step", step);
     const MeshTraffic before = mesh_->traffic();
+    const int64_t samples_before = progress_.cursor.next_sample;
     const StepOutcome outcome = train_step(step);
     const MeshTraffic after = mesh_->traffic();
     const int64_t steps_done = step - first_step + 1;
@@ -307,6 +344,7 @@ TrainResult Trainer::run() {
       record.mem_bytes = memory.total;
       record.mem_peak_bytes = memory.total_peak;
       record.mem_peak = memory.peak;
+      record_sources(record, samples_before);
       metrics->write(record);
       printer_.step(ProgressStep{step, total_steps, outcome.loss, outcome.lr, outcome.grad_norm,
                                  step_tokens_per_s,
@@ -320,7 +358,7 @@ TrainResult Trainer::run() {
     result.steps_this_run = steps_done;
     result.tokens_this_run += tokens_per_step;
     const bool last = step == total_steps;
-    if ((data_.val || !benchmarks_.empty()) &&
+    if ((data_.val || !data_.val_sources.empty() || !benchmarks_.empty()) &&
         ((config_.training.eval_every > 0 && step % config_.training.eval_every == 0) || last)) {
       watch(step, "eval");
       const EvalRecord record = evaluate(step);

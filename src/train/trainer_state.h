@@ -59,6 +59,11 @@ class Trainer {
   void report_sharding();
   StepOutcome train_step(int64_t step);
   EvalRecord evaluate(int64_t step);
+  // Returns the summed loss of `samples` validation samples of `source` (collective).
+  LossSum score_validation(SampleSource& source, int64_t samples);
+  // Fills a mixture's per-source token counts into `record` and reports each source that
+  // ran out during the step just taken, `samples_before` being the cursor before it.
+  void record_sources(TrainStepRecord& record, int64_t samples_before);
   // Saves a checkpoint of the current step; with checkpoint.on_error = "continue" a failed
   // save is a warning (unless `stopping`: a stop must not lose the run silently).
   void save_checkpoint(bool stopping);

@@ -88,6 +88,22 @@ TEST(DataCursor, JsonRoundTripAndValidation) {
   cursor.check_resumable_with(cursor);
 }
 
+TEST(DataCursor, MixtureIsPartOfTheStreamIdentity) {
+  DataCursor one{96, 7, 16, "train", "00ff00ff00ff00ff"};
+  EXPECT_FALSE(one.to_json().contains("mixture"));  // one-dataset checkpoints stay as they were
+  DataCursor mixed = one;
+  mixed.mixture = "data/web 0.8; data/code 0.2";
+  EXPECT_EQ(DataCursor::from_json(nlohmann::json::parse(mixed.to_json().dump())), mixed);
+  DataCursor reweighted = mixed;
+  reweighted.mixture = "data/web 0.5; data/code 0.5";
+  expect_error([&] { mixed.check_resumable_with(reweighted); },
+               {"trained on the mixture data/web 0.8; data/code 0.2",
+                "now gives the mixture data/web 0.5"});
+  expect_error([&] { one.check_resumable_with(mixed); },
+               {"trained on one dataset (data.path)"});
+  mixed.check_resumable_with(mixed);
+}
+
 TEST(DataCursor, ResumeContinuesWithExactlyTheNextBatch) {
   testing::TempDir dir;
   std::vector<std::vector<int32_t>> docs;

@@ -152,6 +152,30 @@ TEST(MetricsTest, MemoryFieldsComeBeforeTheWallClockFieldsWhenMeasured) {
                         "mem_peak/communication", "mem_peak/workspace"}));
 }
 
+TEST(MetricsTest, MixtureSourcesAreObjectsKeyedByPath) {
+  TrainStepRecord record{3, 2.0, 1e-3, 0.5, 96, 1000.0, 1.5};
+  record.source_tokens = {{"data/web", 128}, {"odd \"dir\"", 32}};
+  const std::string line = format_metrics_line(record);
+  EXPECT_NE(line.find(",\"skipped_steps\":0,\"source_tokens\":{\"data/web\":128,"
+                      "\"odd \\\"dir\\\"\":32},\"tokens_per_s\":"),
+            std::string::npos)
+      << line;
+  std::vector<std::string> tags;
+  for (const MetricScalar& scalar : metric_scalars(nlohmann::ordered_json::parse(line)))
+    tags.push_back(scalar.tag);
+  EXPECT_EQ(tags[5], "source_tokens/data/web");
+  EXPECT_EQ(tags[6], "source_tokens/odd \"dir\"");
+  EvalRecord eval{10, 2.0, 7.5, 4096, 1.25};
+  eval.source_val_loss = {{"data/web", 2.5}, {"data/code", NAN}};
+  EXPECT_EQ(format_metrics_line(eval),
+            "{\"type\":\"eval\",\"step\":10,\"loss\":2,\"ppl\":7.5,\"tokens\":4096,"
+            "\"source_val_loss\":{\"data/web\":2.5,\"data/code\":null},\"elapsed_s\":1.250}");
+  // One dataset: no source fields at all.
+  EXPECT_EQ(format_metrics_line(TrainStepRecord{3, 2.0, 1e-3, 0.5, 96, 1000.0, 1.5})
+                .find("source_"),
+            std::string::npos);
+}
+
 TEST(MetricsTest, ScalarsNameEveryNumberOfARecord) {
   const auto record = nlohmann::ordered_json::parse(
       R"({"type":"train","step":4,"loss":2.5,"lr":null,"note":"x","flag":true,)"

@@ -4,6 +4,7 @@
 // with the file and line before anything is written.
 #include "observe/run_report.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -111,6 +112,28 @@ TEST_F(RunReport, ChartsEveryGroupOfSeriesAndTheConfiguration) {
   EXPECT_NE(html.find("<td class=\"num\">2.0</td>"), std::string::npos);
   EXPECT_NE(html.find("<td class=\"num\">3.0</td>"), std::string::npos);  // total_peak
   EXPECT_EQ(html.find("<th>peak</th>"), std::string::npos);  // the nested peaks are left out
+}
+
+TEST_F(RunReport, ChartsAMixturesTokensAndValidationLossPerSource) {
+  std::string metrics;
+  for (int step = 1; step <= 4; ++step) {
+    metrics += fmt::format(
+        "{{\"type\":\"train\",\"step\":{},\"loss\":3.0,\"lr\":0.001,\"grad_norm\":1.0,"
+        "\"tokens\":{},\"skipped_steps\":0,\"source_tokens\":{{\"data/web\":{},"
+        "\"data/code\":{}}},\"tokens_per_s\":100.0,\"elapsed_s\":1.0}}\n",
+        step, step * 64, step * 48, step * 16);
+  }
+  metrics += "{\"type\":\"eval\",\"step\":4,\"loss\":2.6,\"ppl\":13.5,\"tokens\":64,"
+             "\"source_val_loss\":{\"data/web\":2.5,\"data/code\":2.9},\"elapsed_s\":2.0}\n";
+  write_file_atomic(run / "metrics.jsonl", metrics);
+  const std::string html = render_run_report(run, kDefaults);
+  for (const char* title : {"Tokens per source", "Validation loss per source"}) {
+    EXPECT_EQ(occurrences(html, fmt::format("<title>{}</title>", title)), 1) << title;
+  }
+  // Each source is a series named by its path in both charts, never a chart of its own.
+  EXPECT_EQ(occurrences(html, ">data/web</text>"), 2);
+  EXPECT_EQ(occurrences(html, ">data/code</text>"), 2);
+  EXPECT_EQ(html.find("<title>source_tokens</title>"), std::string::npos);
 }
 
 TEST_F(RunReport, PageReferencesNothingOutsideItselfAndIsDeterministic) {

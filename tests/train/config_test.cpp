@@ -44,6 +44,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "model.attention_bias",
                                              "model.init_from",
                                              "data.path",
+                                             "data.sources",
                                              "data.tokenizer",
                                              "data.synthetic",
                                              "data.val_split",
@@ -206,6 +207,64 @@ TEST(ConfigTest, ValidationNamesTheKey) {
   apply_config_override(config, "parallel.prefetch", "3");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
+}
+
+TEST(ConfigTest, DataSourcesParseFromTomlAndTheCommandLine) {
+  TrainConfig config;
+  apply_config_toml(config,
+                    "[data]\nsources = [{ path = \"data/web\", weight = 0.7 }, "
+                    "{ path = \"data/code\", weight = 3 }]\n",
+                    "mix.toml");
+  EXPECT_EQ(config.data.sources,
+            (std::vector<DataSourceSpec>{{"data/web", 0.7}, {"data/code", 3.0}}));
+  EXPECT_EQ(error_of([&] { validate_config(config); }), "");
+  TrainConfig cli;
+  std::vector<std::string> args = {
+      "--data.sources=[{ path = \"a\", weight = 0.8 }, { path = \"b\", weight = 0.2 }]"};
+  for (const auto& o : extract_config_overrides(args)) apply_config_override(cli, o.name, o.value);
+  EXPECT_EQ(cli.data.sources, (std::vector<DataSourceSpec>{{"a", 0.8}, {"b", 0.2}}));
+  // The resolved config.toml writes the mixture back exactly.
+  cli.data.sources[0].weight = 0.1 + 0.2;
+  TrainConfig back;
+  apply_config_toml(back, config_to_toml(cli), "resolved.toml");
+  EXPECT_EQ(back.data.sources, cli.data.sources);
+  EXPECT_NE(config_to_toml(cli).find(
+                "sources = [{ path = \"a\", weight = 0.30000000000000004 }, { path = \"b\", "
+                "weight = 0.2 }]"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, BadDataSourcesAreClearErrors) {
+  const std::string shape = "must be a list of { path = \"dir\", weight = number } tables";
+  TrainConfig config;
+  EXPECT_EQ(error_of([&] { apply_config_override(config, "data.sources", "[{ path = \"a\" }]"); }),
+            "[config] --data.sources " + shape + ", got '[{ path = \"a\" }]'");
+  EXPECT_EQ(error_of([&] {
+              apply_config_toml(config, "[data]\nsources = [{ path = \"a\", weight = \"x\" }]\n",
+                                "m.toml");
+            }),
+            "[config] m.toml: data.sources " + shape);
+  EXPECT_EQ(error_of([&] {
+              apply_config_toml(config,
+                                "[data]\nsources = [{ path = \"a\", weight = 1, extra = 2 }]\n",
+                                "m.toml");
+            }),
+            "[config] m.toml: data.sources " + shape);
+  apply_config_override(config, "data.sources", "[{ path = 'web', weight = 1 }, { path = 'code', weight = 0 }]");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] data.sources[1] ('code') has weight 0; weights must be positive numbers");
+  apply_config_override(config, "data.sources", "[{ path = 'web', weight = 1 }, { path = 'web', weight = 2 }]");
+  EXPECT_NE(error_of([&] { validate_config(config); }).find("names 'web' twice"),
+            std::string::npos);
+  apply_config_override(config, "data.sources", "[{ path = 'web', weight = 1 }]");
+  config.data.path = "data/other";
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] data.path ('data/other') and data.sources are both set; a mixture names "
+            "every dataset in data.sources");
+  config.data.path = TrainConfig{}.data.path;
+  config.data.synthetic = true;
+  EXPECT_NE(error_of([&] { validate_config(config); }).find("data.sources and data.synthetic"),
+            std::string::npos);
 }
 
 // profile.steps is empty or "A:B" with 1 <= A <= B <= training.steps.
