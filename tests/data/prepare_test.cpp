@@ -165,6 +165,7 @@ class PrepareRun : public ::testing::Test {
         const int doc = f * 3 + piece;
         text += "document " + std::to_string(doc) + " " + std::string(doc % 17, 'x') + "\n";
         expected_.push_back(text.substr(text.rfind("document")));
+        splits_.push_back(split_of_text(expected_.back(), 3, {0.8, 0.1, 0.1}));
       }
       write_text(fmt::format("{}/corpus/{:03d}.txt", dir_.path(), f), text);
     }
@@ -186,6 +187,7 @@ class PrepareRun : public ::testing::Test {
   TempDir dir_;
   ByteTokenizer tokenizer_;
   std::vector<std::string> expected_;
+  std::vector<int> splits_;  // of each document, from its text
 };
 
 TEST_F(PrepareRun, ShardsHoldEveryDocumentInItsSplit) {
@@ -195,7 +197,7 @@ TEST_F(PrepareRun, ShardsHoldEveryDocumentInItsSplit) {
   std::array<std::vector<std::string>, 3> by_split;
   uint64_t expected_tokens = 0;
   for (size_t d = 0; d < expected_.size(); ++d) {
-    by_split[split_of_document(d, 3, {0.8, 0.1, 0.1})].push_back(expected_[d]);
+    by_split[splits_[d]].push_back(expected_[d]);
     expected_tokens += expected_[d].size() + 2;  // BOS + bytes + EOS
   }
   EXPECT_EQ(summary.tokens, expected_tokens);
