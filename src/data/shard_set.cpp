@@ -52,7 +52,7 @@ std::vector<std::string> folder_shards(const std::string& dir, const std::string
 
 // Returns N when `name` is "part-IIIII-of-NNNNN", else 0.
 uint64_t parts_in_folder_name(const std::string& name) {
-  if (name.size() != 20 || name.compare(0, 5, "part-") != 0 || name.compare(10, 4, "-of-") != 0)
+  if (name.size() != 19 || name.compare(0, 5, "part-") != 0 || name.compare(10, 4, "-of-") != 0)
     return 0;
   const std::string index = name.substr(5, 5), count = name.substr(14, 5);
   const auto digits = [](const std::string& t) {
