@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages anvil's build, tests and demo need. Idempotent: packages that
 # are already installed are skipped, and `apt-get update` runs once, only when something is
-# missing. Nothing else is downloaded; the build itself never touches the network.
+# missing. Then pyarrow (Apache Arrow's C++ Parquet reader, for Parquet input to anvil prepare;
+# Debian 12 packages no Arrow) goes into the virtual environment .deps/venv with pip, unless it
+# is there already; CMake finds it there. The build itself never touches the network.
 set -euo pipefail
 
 packages=(
@@ -18,7 +20,20 @@ packages=(
   libopenblas-dev libdnnl-dev        # GEMM libraries for the optimized CPU backend
   libopenmpi-dev openmpi-bin         # multi-process training and its tests
   fortunes                           # the sample corpus for the demo
+  python3-venv python3-pip           # .deps/venv, which holds pyarrow
 )
+# Its wheel is manylinux_2_28 (built with the C++11 ABI), so g++ links against its libraries.
+pyarrow_pin="pyarrow==26.0.1"
+venv="$(cd "$(dirname "$0")/.." && pwd)/.deps/venv"
+
+install_pyarrow() {
+  if "$venv/bin/python" -c "import pyarrow" 2>/dev/null; then return 0; fi
+  echo "install-deps: installing $pyarrow_pin into $venv"
+  # Parquet input is optional: without pyarrow the build goes on and says Parquet is OFF.
+  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q "$pyarrow_pin"; }; then
+    echo "install-deps: warning: could not install $pyarrow_pin; anvil builds without Parquet input"
+  fi
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -29,6 +44,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
+  install_pyarrow
   exit 0
 fi
 
@@ -37,3 +53,4 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_pyarrow

@@ -81,8 +81,9 @@ int run_prepare(const std::vector<std::string>& args) {
   std::string on_error = "fail";
   app.add_option("--input", options.inputs,
                  "text files, folders (walked recursively, sorted) or glob patterns; "
-                 ".jsonl/.ndjson files hold one JSON record per line; any file may be "
-                 "gzip, zstd or xz compressed (found by its magic bytes, streamed)")
+                 ".jsonl/.ndjson files hold one JSON record per line; .parquet files (found by "
+                 "their magic bytes) hold the text in a column; any other file may be gzip, "
+                 "zstd or xz compressed (found by its magic bytes, streamed)")
       ->required()
       ->expected(1, -1);
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json, tokenizer.model or a folder")
@@ -91,7 +92,8 @@ int run_prepare(const std::vector<std::string>& args) {
       ->required();
   app.add_option("--split", split, "train,val,test fractions of the documents")
       ->capture_default_str();
-  app.add_option("--text-field", options.text_field, "JSONL field holding the document text")
+  app.add_option("--text-field", options.text_field,
+                 "JSONL field or Parquet column holding the document text")
       ->capture_default_str();
   app.add_option("--doc-separator", doc_separator,
                  "split text files into documents at lines equal to this (e.g. % for fortunes)");
@@ -102,7 +104,13 @@ int run_prepare(const std::vector<std::string>& args) {
   app.add_option("--part-tokens", options.part_tokens,
                  "start a new shard part after this many tokens")
       ->capture_default_str();
-  app.add_flag("--force", options.replace_existing, "replace a non-empty --out folder");
+  std::string part;
+  app.add_option("--part", part,
+                 "i/N: write only part i of N into --out/part-0000i-of-0000N (N processes or "
+                 "machines, same other arguments); with all N written, --out trains as the "
+                 "one-process output does");
+  app.add_flag("--force", options.replace_existing,
+               "replace a non-empty --out folder (with --part: that part's folder)");
   SftFlags sft;
   app.add_flag("--sft", sft.enabled,
                "JSONL chat ({\"messages\": [...]}) or alpaca records -> chat-template tokens "
@@ -130,14 +138,18 @@ int run_prepare(const std::vector<std::string>& args) {
     ANVIL_CHECK(sft.enabled || sft_only->count() == 0, "[prepare] {} needs --sft",
                 sft_only->get_name());
   if (sft.enabled) {
-    for (const char* text_only : {"--text-field", "--doc-separator", "--part-tokens"})
+    for (const char* text_only : {"--text-field", "--doc-separator", "--part-tokens", "--part"})
       ANVIL_CHECK(app.count(text_only) == 0, "[prepare] {} does not apply with --sft", text_only);
     return run_sft_prepare(options, sft, tokenizer_path);
   }
 
+  if (!part.empty()) options.part = parse_part(part);
   const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(tokenizer_path);
   const PrepareSummary summary = prepare_dataset(options, *tokenizer);
-  fmt::print("prepared {}: {} documents, {} tokens ({}-byte tokens) in {:.1f} s\n", options.out_dir,
+  const std::string where =
+      options.part ? (std::filesystem::path(options.out_dir) / options.part->folder_name()).string()
+                   : options.out_dir;
+  fmt::print("prepared {}: {} documents, {} tokens ({}-byte tokens) in {:.1f} s\n", where,
              summary.documents, summary.tokens, summary.token_bytes, summary.seconds);
   for (size_t s = 0; s < kSplitNames.size(); ++s)
     fmt::print("  {:<5} {:>10} documents {:>14} tokens  {} part(s)\n", kSplitNames[s],

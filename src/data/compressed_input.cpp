@@ -182,11 +182,23 @@ struct DecompressingBuffer::Decoder {
   }
 };
 
-DecompressingBuffer::DecompressingBuffer(const std::string& path)
+DecompressingBuffer::DecompressingBuffer(const std::string& path, uint64_t start)
     : path_(path), file_(path, std::ios::binary), in_(kInputChunk), out_(kOutputChunk) {
   ANVIL_CHECK(file_.is_open(), "[prepare] {}: cannot open: {}", path, std::strerror(errno));
   refill();
   compression_ = detect_compression(in_.data(), in_end_);
+  if (start > 0) {
+    ANVIL_CHECK(compression_ == Compression::none,
+                "[prepare] {}: a {} stream cannot be read from byte {}", path,
+                compression_name(compression_), start);
+    file_.clear();
+    file_.seekg(static_cast<std::streamoff>(start));
+    ANVIL_CHECK(file_.good(), "[prepare] {}: cannot seek to byte {}", path, start);
+    in_begin_ = in_end_ = 0;
+    file_offset_ = start;
+    file_done_ = false;
+    refill();
+  }
   decoder_ = std::make_unique<Decoder>(compression_);
   setg(out_.data(), out_.data(), out_.data());
 }

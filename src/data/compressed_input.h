@@ -33,7 +33,9 @@ std::string strip_compression_suffix(const std::string& path);
 class DecompressingBuffer final : public std::streambuf {
  public:
   // Opens `path` and reads its first bytes to choose the decoder; throws when it cannot open.
-  explicit DecompressingBuffer(const std::string& path);
+  // A `start` past 0 reads an uncompressed file from that byte on (a compressed stream cannot
+  // be entered in the middle: that throws).
+  explicit DecompressingBuffer(const std::string& path, uint64_t start = 0);
   ~DecompressingBuffer() override;
   DecompressingBuffer(const DecompressingBuffer&) = delete;
   DecompressingBuffer& operator=(const DecompressingBuffer&) = delete;

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -25,6 +27,7 @@ constexpr uint64_t kMaxListedWarnings = 20;
 // A compressed file is judged by what it holds, which is read when it is prepared.
 bool looks_binary(const fs::path& path) {
   if (detect_compression(path.string()) != Compression::none) return false;
+  if (is_parquet_file(path.string())) return false;
   std::ifstream in(path, std::ios::binary);
   ANVIL_CHECK(in.is_open(), "[prepare] {}: cannot open: {}", path.string(), std::strerror(errno));
   char probe[kBinaryProbeBytes];
@@ -145,70 +148,191 @@ bool is_jsonl_path(const std::string& path) {
          (extension == ".json" && content_name != path);
 }
 
-CorpusReader::CorpusReader(std::vector<std::string> files, CorpusOptions options)
-    : files_(std::move(files)), options_(std::move(options)), documents_per_file_(files_.size()) {
+CorpusReader::CorpusReader(std::vector<std::string> files, std::vector<InputPiece> pieces,
+                           CorpusOptions options)
+    : files_(std::move(files)),
+      pieces_(std::move(pieces)),
+      options_(std::move(options)),
+      first_lines_(pieces_.size(), 0),
+      first_offsets_(pieces_.size(), 0),
+      documents_per_file_(files_.size()) {
   ANVIL_CHECK(!options_.text_field.empty(), "[prepare] --text-field must not be empty");
   ANVIL_CHECK(!options_.doc_separator || !options_.doc_separator->empty(),
               "[prepare] --doc-separator must not be empty");
 }
 
+CorpusReader::CorpusReader(std::vector<std::string> files, CorpusOptions options)
+    : CorpusReader(files, plan_pieces(files, options.text_field, kDefaultPieceBytes),
+                   std::move(options)) {}
+
+CorpusReader::~CorpusReader() = default;
+
 bool CorpusReader::next(Document& doc) {
   while (true) {
-    if (!file_open_ && !open_next_file()) return false;
+    if (!piece_open_ && !open_next_piece()) return false;
+    const InputPiece& piece = pieces_[current_];
     bool got;
-    if (is_jsonl_path(files_[current_])) {
+    if (piece.kind == PieceKind::parquet) {
+      got = next_parquet(doc);
+    } else if (piece.kind == PieceKind::jsonl) {
       got = next_jsonl(doc);
     } else if (options_.doc_separator) {
       got = next_separated(doc);
     } else {
       got = next_whole_file(doc);
     }
-    check_stream();
-    ANVIL_CHECK(!stream_.bad(), "[prepare] {}: read error", files_[current_]);
+    if (buffer_ != nullptr) {
+      check_stream();
+      ANVIL_CHECK(!stream_.bad(), "[prepare] {}: read error", files_[piece.file]);
+    }
     if (got) {
-      doc.file = current_;
-      ++documents_per_file_[current_];
+      doc.file = piece.file;
+      doc.piece = current_;
+      ++documents_per_file_[piece.file];
       return true;
     }
-    stream_.rdbuf(nullptr);
-    buffer_.reset();
-    file_open_ = false;
+    close_piece();
   }
 }
 
-bool CorpusReader::open_next_file() {
-  if (next_file_ >= files_.size()) return false;
-  current_ = next_file_++;
-  buffer_ = std::make_unique<DecompressingBuffer>(files_[current_]);
+uint64_t CorpusReader::progress_bytes() const {
+  if (!piece_open_) return pieces_done_bytes_;
+  const InputPiece& piece = pieces_[current_];
+  uint64_t within = 0;
+  if (piece.kind == PieceKind::parquet) {
+    within = rows_.texts.empty() ? 0 : piece.bytes * next_row_ / rows_.texts.size();
+  } else if (buffer_ != nullptr) {
+    const uint64_t opened_at = piece.begin > 0 ? piece.begin - 1 : 0;
+    within = buffer_->file_bytes_read() - opened_at;
+  }
+  return pieces_done_bytes_ + std::min(within, piece.bytes);
+}
+
+bool CorpusReader::open_next_piece() {
+  if (next_piece_ >= pieces_.size()) return false;
+  current_ = next_piece_++;
+  const InputPiece& piece = pieces_[current_];
+  const std::string& path = files_[piece.file];
+  piece_open_ = true;
+  line_number_ = 0;
+  if (piece.kind == PieceKind::parquet) {
+    if (parquet_file_ != piece.file) {
+      parquet_ = std::make_unique<ParquetTextReader>(path, options_.text_field);
+      parquet_file_ = piece.file;
+    }
+    parquet_->read_group(static_cast<int>(piece.begin), rows_);
+    next_row_ = 0;
+    return true;
+  }
+  parquet_.reset();
+  parquet_file_ = SIZE_MAX;
+  // A range after the first starts inside a line that the range before owns: open one byte
+  // early and drop everything up to the first newline from there.
+  const uint64_t opened_at = piece.begin > 0 ? piece.begin - 1 : 0;
+  buffer_ = std::make_unique<DecompressingBuffer>(path, opened_at);
   stream_.rdbuf(buffer_.get());
   stream_.clear();
-  file_open_ = true;
-  line_number_ = 0;
+  next_offset_ = opened_at;
+  if (piece.begin > 0) {
+    std::string partial;
+    std::getline(stream_, partial);
+    check_stream();
+    next_offset_ += partial.size() + 1;
+  }
+  first_offsets_[current_] = next_offset_;
   return true;
 }
 
-void CorpusReader::check_stream() const {
-  ANVIL_CHECK(buffer_ == nullptr || buffer_->error().empty(), "[prepare] {}:{}: {}",
-              files_[current_], line_number_ + 1, buffer_->error());
+void CorpusReader::close_piece() {
+  stream_.rdbuf(nullptr);
+  buffer_.reset();
+  rows_.texts.clear();
+  rows_.present.clear();
+  piece_open_ = false;
+  pieces_done_bytes_ += pieces_[current_].bytes;
+}
+
+uint64_t CorpusReader::first_line_of_piece(size_t p) {
+  if (first_lines_[p] != 0) return first_lines_[p];
+  uint64_t newlines = 0;
+  if (first_offsets_[p] > 0) {
+    std::ifstream in(files_[pieces_[p].file], std::ios::binary);
+    std::vector<char> block(size_t{1} << 20);
+    uint64_t left = first_offsets_[p];
+    while (left > 0 && in) {
+      in.read(block.data(), static_cast<std::streamsize>(std::min<uint64_t>(left, block.size())));
+      const auto got = static_cast<size_t>(in.gcount());
+      newlines += static_cast<uint64_t>(std::count(block.data(), block.data() + got, '\n'));
+      left -= got;
+    }
+  }
+  first_lines_[p] = newlines + 1;
+  return first_lines_[p];
+}
+
+std::string CorpusReader::location(const Document& doc) {
+  const InputPiece& piece = pieces_[doc.piece];
+  if (piece.kind == PieceKind::parquet)
+    return fmt::format("{}: row {}", files_[piece.file], piece.end + doc.line);
+  return fmt::format("{}:{}", files_[piece.file], first_line_of_piece(doc.piece) + doc.line - 1);
+}
+
+std::string CorpusReader::current_location() {
+  Document here;
+  here.piece = current_;
+  here.line = std::max<uint64_t>(line_number_, 1);
+  return location(here);
+}
+
+void CorpusReader::check_stream() {
+  if (buffer_ == nullptr || buffer_->error().empty()) return;
+  Document here;
+  here.piece = current_;
+  here.line = line_number_ + 1;
+  ANVIL_FAIL("[prepare] {}: {}", location(here), buffer_->error());
 }
 
 bool CorpusReader::read_line(std::string& line) {
+  const InputPiece& piece = pieces_[current_];
+  if (piece.kind == PieceKind::jsonl && next_offset_ >= piece.end) return false;
   const bool got = static_cast<bool>(std::getline(stream_, line));
   check_stream();  // a damaged stream's last line is not a line
   if (!got) return false;
   ++line_number_;
-  bytes_read_ += line.size() + (stream_.eof() ? 0 : 1);
+  const uint64_t size = line.size() + (stream_.eof() ? 0 : 1);
+  next_offset_ += size;
+  bytes_read_ += size;
   return true;
 }
 
 void CorpusReader::reject_record(const std::string& reason) {
-  const std::string where = files_[current_] + ":" + std::to_string(line_number_);
+  const std::string where = current_location();
   ANVIL_CHECK(options_.skip_bad_records,
-              "[prepare] {}: {} (use --on-error skip to skip such lines)", where, reason);
+              "[prepare] {}: {} (use --on-error skip to skip such records)", where, reason);
   ++skipped_records_;
   if (skipped_records_ <= kMaxListedWarnings) log_warn("[prepare] {}: {}; skipped", where, reason);
   if (skipped_records_ == kMaxListedWarnings)
     log_warn("[prepare] further bad records are skipped without a warning each");
+}
+
+bool CorpusReader::next_parquet(Document& doc) {
+  while (next_row_ < rows_.texts.size()) {
+    const size_t row = next_row_++;
+    line_number_ = row + 1;
+    if (!rows_.present[row]) {
+      reject_record("field '" + options_.text_field + "' is null");
+      continue;
+    }
+    bytes_read_ += rows_.texts[row].size();
+    if (is_blank(rows_.texts[row])) {
+      ++blank_documents_;
+      continue;
+    }
+    doc.text = std::move(rows_.texts[row]);
+    doc.line = line_number_;
+    return true;
+  }
+  return false;
 }
 
 bool CorpusReader::next_jsonl(Document& doc) {

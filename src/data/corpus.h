@@ -8,8 +8,10 @@
 // every other file is text, one document per file or one per piece between separator lines.
 // Any file may be compressed with gzip, zstd or xz (compressed_input.h: found by its magic
 // bytes and streamed); its kind is named without the compression suffix ("web.jsonl.zst" is
-// JSON Lines), and a compressed `.json` file is JSON Lines too (Dolma ships `.json.gz`).
-// Folder walks do not skip compressed files as binary.
+// JSON Lines), and a compressed `.json` file is JSON Lines too (Dolma ships `.json.gz`). A
+// file that starts with "PAR1" is Parquet (parquet_input.h): each row's --text-field column is
+// a document, and a null there is a bad record. Folder walks do not skip compressed or Parquet
+// files as binary.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "data/compressed_input.h"
+#include "data/input_pieces.h"
+#include "data/parquet_input.h"
 
 namespace anvil {
 
@@ -37,6 +41,8 @@ ResolvedInputs resolve_inputs(const std::vector<std::string>& inputs);
 // compressed .json (".json.gz").
 bool is_jsonl_path(const std::string& path);
 
+inline constexpr uint64_t kDefaultPieceBytes = uint64_t{64} << 20;
+
 struct CorpusOptions {
   std::string text_field = "text";
   std::optional<std::string> doc_separator;  // a line equal to this splits text files
@@ -45,21 +51,31 @@ struct CorpusOptions {
 
 struct Document {
   std::string text;
-  size_t file = 0;    // index into the reader's file list
-  uint64_t line = 0;  // 1-based line where the document starts (1 for whole files)
+  size_t file = 0;        // index into the reader's file list
+  size_t piece = 0;       // index into the reader's piece list
+  uint64_t line = 0;      // 1-based line inside its piece (1 for whole files)
 };
 
 class CorpusReader {
  public:
+  // Reads `pieces` (input_pieces.h) of `files` in order.
+  CorpusReader(std::vector<std::string> files, std::vector<InputPiece> pieces,
+               CorpusOptions options);
+  // Reads all of `files` (plan_pieces with the default range size).
   CorpusReader(std::vector<std::string> files, CorpusOptions options);
+  ~CorpusReader();
 
-  // Reads the next non-blank document into `doc`; returns false at the end of the corpus.
+  // Reads the next non-blank document into `doc`; returns false at the end of the pieces.
   // Throws "[prepare] file:line: ..." for a bad JSONL record unless skip_bad_records is set.
   bool next(Document& doc);
+  // Returns "file:line" (or "file: row N" for Parquet) of a document read before.
+  std::string location(const Document& doc);
 
   const std::vector<std::string>& files() const { return files_; }
   // Returns the (decompressed) bytes consumed from the input files so far.
   uint64_t bytes_read() const { return bytes_read_; }
+  // Returns how far through the pieces' on-disk bytes (InputPiece::bytes) reading has come.
+  uint64_t progress_bytes() const;
   // Returns the JSONL records skipped as invalid (only with skip_bad_records).
   uint64_t skipped_records() const { return skipped_records_; }
   // Returns the documents dropped because they were empty or only whitespace.
@@ -68,24 +84,38 @@ class CorpusReader {
   const std::vector<uint64_t>& documents_per_file() const { return documents_per_file_; }
 
  private:
-  bool open_next_file();
+  bool open_next_piece();
+  void close_piece();
   bool read_line(std::string& line);
   bool next_jsonl(Document& doc);
   bool next_separated(Document& doc);
   bool next_whole_file(Document& doc);
+  bool next_parquet(Document& doc);
   void reject_record(const std::string& reason);
+  // Returns the file line where piece `p` starts (counted once, when an error needs it).
+  uint64_t first_line_of_piece(size_t p);
+  std::string current_location();
   // Throws "[prepare] file:line: ..." when the current file's decompression failed.
-  void check_stream() const;
+  void check_stream();
 
   std::vector<std::string> files_;
+  std::vector<InputPiece> pieces_;
   CorpusOptions options_;
-  size_t next_file_ = 0;
-  size_t current_ = 0;
-  bool file_open_ = false;
+  size_t next_piece_ = 0;
+  size_t current_ = 0;  // piece being read
+  bool piece_open_ = false;
   std::unique_ptr<DecompressingBuffer> buffer_;
+  std::unique_ptr<ParquetTextReader> parquet_;
+  size_t parquet_file_ = SIZE_MAX;  // file parquet_ has open
+  ParquetRows rows_;
+  size_t next_row_ = 0;
   std::istream stream_{nullptr};
-  uint64_t line_number_ = 0;
+  uint64_t line_number_ = 0;   // lines read in the current piece
+  uint64_t next_offset_ = 0;   // file offset of the next line
+  std::vector<uint64_t> first_lines_;    // per piece: file line of its first line, 0 until counted
+  std::vector<uint64_t> first_offsets_;  // per piece: file offset of its first line
   uint64_t bytes_read_ = 0;
+  uint64_t pieces_done_bytes_ = 0;
   uint64_t skipped_records_ = 0;
   uint64_t blank_documents_ = 0;
   std::vector<uint64_t> documents_per_file_;

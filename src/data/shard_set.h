@@ -2,7 +2,9 @@
 // dataset folder, read as one concatenated token stream. Parts must be numbered from 00000
 // without gaps and agree on vocabulary, tokenizer fingerprint and special ids; any stray or
 // missing part is an error rather than silently shorter data. Documents never span parts, so
-// a part boundary is always a document start.
+// a part boundary is always a document start. A dataset written by N `anvil prepare --part i/N`
+// runs (prepare.h) reads as the shards of its folders part-00000-of-N, part-00001-of-N, ... in
+// that order; a folder with any of them missing is refused, naming the missing ones.
 #pragma once
 
 #include <cstdint>

@@ -27,7 +27,10 @@ constexpr uint64_t kMixtureStream = 0x6d6978;
 
 void check_dataset_folder(const std::string& dir) {
   const auto first_part = std::filesystem::path(dir) / shard_file_name("train", 0);
-  ANVIL_CHECK(std::filesystem::exists(first_part),
+  // A dataset written in parts (anvil prepare --part) has its shards in part folders beside
+  // meta.json; the loader checks those.
+  ANVIL_CHECK(std::filesystem::exists(first_part) ||
+                  std::filesystem::exists(std::filesystem::path(dir) / "meta.json"),
               "[train] no training data in '{}' (expected {}); create it with: {}  "
               "(or train on random tokens with --data.synthetic=true)",
               dir, first_part.string(), prepare_command_for(dir));

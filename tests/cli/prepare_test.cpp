@@ -124,7 +124,7 @@ TEST_F(PrepareCli, FortunesTokenCountIsDocumentTokensPlusBosAndEos) {
   std::array<std::vector<std::string>, 3> by_split;
   for (size_t d = 0; d < documents.size(); ++d) {
     expected_tokens += tokenizer->encode(documents[d], false).size() + 2;  // + BOS + EOS
-    by_split[split_of_document(d, 0, {0.8, 0.1, 0.1})].push_back(documents[d]);
+    by_split[split_of_text(documents[d], 0, {0.8, 0.1, 0.1})].push_back(documents[d]);
   }
 
   const nlohmann::json meta = read_meta(out);

@@ -13,6 +13,7 @@
 #include "data/corpus.h"
 #include "data/dataloader.h"
 #include "data/prepare.h"
+#include "byte_tokenizer.h"
 #include "data_test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,43 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::expect_error;
+using testing::ByteTokenizer;
 using testing::TempDir;
-
-// Byte b -> id b + 3; 1 is BOS (added when add_bos), 2 is EOS.
-class ByteTokenizer : public Tokenizer {
- public:
-  explicit ByteTokenizer(bool add_bos = true, bool has_eos = true)
-      : add_bos_(add_bos), has_eos_(has_eos) {}
-  std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
-    std::vector<int32_t> ids;
-    if (add_special && add_bos_) ids.push_back(1);
-    for (unsigned char c : text) ids.push_back(c + 3);
-    return ids;
-  }
-  std::string decode(std::span<const int32_t> ids) const override {
-    std::string text;
-    for (int32_t id : ids)
-      if (id >= 3) text.push_back(static_cast<char>(id - 3));
-    return text;
-  }
-  int32_t vocab_size() const override { return 259; }
-  std::optional<int32_t> bos_id() const override { return 1; }
-  std::optional<int32_t> eos_id() const override {
-    return has_eos_ ? std::optional<int32_t>(2) : std::nullopt;
-  }
-  std::optional<int32_t> token_id(std::string_view) const override { return std::nullopt; }
-  std::string fingerprint() const override { return "fedcba9876543210"; }
-  std::string source_path() const override { return "byte-tokenizer"; }
-  std::vector<int32_t> special_prefix() const override {
-    return add_bos_ ? std::vector<int32_t>{1} : std::vector<int32_t>{};
-  }
-  std::vector<int32_t> special_suffix() const override { return {}; }
-  bool is_special(int32_t id) const override { return id < 3; }
-
- private:
-  bool add_bos_;
-  bool has_eos_;
-};
 
 void write_text(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
@@ -165,6 +131,7 @@ class PrepareRun : public ::testing::Test {
         const int doc = f * 3 + piece;
         text += "document " + std::to_string(doc) + " " + std::string(doc % 17, 'x') + "\n";
         expected_.push_back(text.substr(text.rfind("document")));
+        splits_.push_back(split_of_text(expected_.back(), 3, {0.8, 0.1, 0.1}));
       }
       write_text(fmt::format("{}/corpus/{:03d}.txt", dir_.path(), f), text);
     }
@@ -186,6 +153,7 @@ class PrepareRun : public ::testing::Test {
   TempDir dir_;
   ByteTokenizer tokenizer_;
   std::vector<std::string> expected_;
+  std::vector<int> splits_;  // of each document, from its text
 };
 
 TEST_F(PrepareRun, ShardsHoldEveryDocumentInItsSplit) {
@@ -195,7 +163,7 @@ TEST_F(PrepareRun, ShardsHoldEveryDocumentInItsSplit) {
   std::array<std::vector<std::string>, 3> by_split;
   uint64_t expected_tokens = 0;
   for (size_t d = 0; d < expected_.size(); ++d) {
-    by_split[split_of_document(d, 3, {0.8, 0.1, 0.1})].push_back(expected_[d]);
+    by_split[splits_[d]].push_back(expected_[d]);
     expected_tokens += expected_[d].size() + 2;  // BOS + bytes + EOS
   }
   EXPECT_EQ(summary.tokens, expected_tokens);

@@ -1,0 +1,158 @@
+// ParquetTextReader over Apache Arrow's Parquet reader (see parquet_input.h). Built only when
+// CMake found Arrow (ANVIL_HAVE_PARQUET); otherwise every entry point says how to get it.
+#include "data/parquet_input.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+
+#ifdef ANVIL_HAVE_PARQUET
+#include <arrow/array.h>
+#include <arrow/io/file.h>
+#include <arrow/memory_pool.h>
+#include <arrow/table.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+#include <parquet/metadata.h>
+#include <parquet/schema.h>
+#endif
+
+namespace anvil {
+namespace {
+
+// Arrow's messages may span lines; an error stays one line.
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+bool is_parquet_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ANVIL_CHECK(in.is_open(), "[prepare] {}: cannot open: {}", path, std::strerror(errno));
+  char head[4] = {};
+  in.read(head, sizeof(head));
+  return in.gcount() == 4 && std::memcmp(head, "PAR1", 4) == 0;
+}
+
+#ifdef ANVIL_HAVE_PARQUET
+
+bool parquet_supported() { return true; }
+
+struct ParquetTextReader::Impl {
+  std::string path;
+  std::string text_field;
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+  std::shared_ptr<parquet::FileMetaData> metadata;
+  int column = -1;
+
+  template <typename T>
+  T unwrap(arrow::Result<T> result, const char* what) {
+    ANVIL_CHECK(result.ok(), "[prepare] {}: {}: {}", path, what,
+                one_line(result.status().ToString()));
+    return std::move(result).ValueUnsafe();
+  }
+};
+
+ParquetTextReader::ParquetTextReader(const std::string& path, const std::string& text_field)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  impl_->text_field = text_field;
+  auto file = impl_->unwrap(arrow::io::ReadableFile::Open(path), "cannot open");
+  try {
+    impl_->reader = impl_->unwrap(parquet::arrow::OpenFile(file, arrow::default_memory_pool()),
+                                  "not a readable Parquet file");
+    impl_->metadata = impl_->reader->parquet_reader()->metadata();
+  } catch (const parquet::ParquetException& e) {
+    ANVIL_FAIL("[prepare] {}: not a readable Parquet file: {}", path, one_line(e.what()));
+  }
+  const parquet::SchemaDescriptor* schema = impl_->metadata->schema();
+  impl_->column = schema->ColumnIndex(text_field);
+  if (impl_->column < 0) {
+    std::string names;
+    for (int c = 0; c < schema->num_columns(); ++c)
+      names += (c > 0 ? ", " : "") + schema->Column(c)->path()->ToDotString();
+    ANVIL_FAIL("[prepare] {}: no column '{}' (columns: {}; choose one with --text-field)", path,
+               text_field, names);
+  }
+  const parquet::ColumnDescriptor* descriptor = schema->Column(impl_->column);
+  const auto logical = descriptor->logical_type();
+  ANVIL_CHECK(descriptor->physical_type() == parquet::Type::BYTE_ARRAY &&
+                  (logical == nullptr || logical->is_string() || logical->is_none()),
+              "[prepare] {}: column '{}' holds {}, not strings", path, text_field,
+              logical != nullptr && !logical->is_none()
+                  ? logical->ToString()
+                  : parquet::TypeToString(descriptor->physical_type()));
+}
+
+ParquetTextReader::~ParquetTextReader() = default;
+
+int ParquetTextReader::row_groups() const { return impl_->metadata->num_row_groups(); }
+
+int64_t ParquetTextReader::rows_in_group(int group) const {
+  return impl_->metadata->RowGroup(group)->num_rows();
+}
+
+uint64_t ParquetTextReader::group_bytes(int group) const {
+  return static_cast<uint64_t>(impl_->metadata->RowGroup(group)->total_compressed_size());
+}
+
+void ParquetTextReader::read_group(int group, ParquetRows& rows) {
+  std::shared_ptr<arrow::Table> table;
+  try {
+    table = impl_->unwrap(impl_->reader->ReadRowGroup(group, {impl_->column}),
+                          "cannot read row group");
+  } catch (const parquet::ParquetException& e) {
+    ANVIL_FAIL("[prepare] {}: row group {}: {}", impl_->path, group, one_line(e.what()));
+  }
+  rows.texts.clear();
+  rows.present.clear();
+  const std::shared_ptr<arrow::ChunkedArray> column = table->column(0);
+  rows.texts.reserve(static_cast<size_t>(column->length()));
+  for (const std::shared_ptr<arrow::Array>& chunk : column->chunks()) {
+    for (int64_t i = 0; i < chunk->length(); ++i) {
+      const bool present = chunk->IsValid(i);
+      rows.present.push_back(present ? 1 : 0);
+      if (!present) {
+        rows.texts.emplace_back();
+      } else if (chunk->type_id() == arrow::Type::LARGE_STRING) {
+        rows.texts.emplace_back(static_cast<const arrow::LargeStringArray&>(*chunk).GetView(i));
+      } else if (chunk->type_id() == arrow::Type::STRING) {
+        rows.texts.emplace_back(static_cast<const arrow::StringArray&>(*chunk).GetView(i));
+      } else if (chunk->type_id() == arrow::Type::BINARY) {
+        rows.texts.emplace_back(static_cast<const arrow::BinaryArray&>(*chunk).GetView(i));
+      } else {
+        ANVIL_FAIL("[prepare] {}: column '{}' reads as {}, not strings", impl_->path,
+                   impl_->text_field, chunk->type()->ToString());
+      }
+    }
+  }
+}
+
+#else  // no Arrow in this build
+
+bool parquet_supported() { return false; }
+
+struct ParquetTextReader::Impl {};
+
+ParquetTextReader::ParquetTextReader(const std::string& path, const std::string&) {
+  ANVIL_FAIL("[prepare] {}: Parquet input needs a build with Apache Arrow (pip install pyarrow, "
+             "then reconfigure)",
+             path);
+}
+
+ParquetTextReader::~ParquetTextReader() = default;
+int ParquetTextReader::row_groups() const { return 0; }
+int64_t ParquetTextReader::rows_in_group(int) const { return 0; }
+uint64_t ParquetTextReader::group_bytes(int) const { return 0; }
+void ParquetTextReader::read_group(int, ParquetRows&) {}
+
+#endif
+
+}  // namespace anvil
