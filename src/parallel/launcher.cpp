@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,9 +78,10 @@ class JobRun {
     int fds[2];
     ANVIL_CHECK(pipe2(fds, O_CLOEXEC) == 0, "[launch] cannot create a pipe: {}",
                 std::strerror(errno));
+    const pid_t launcher = getpid();
     pid_ = fork();
     ANVIL_CHECK(pid_ >= 0, "[launch] cannot fork: {}", std::strerror(errno));
-    if (pid_ == 0) exec_child(argv, fds[1]);
+    if (pid_ == 0) exec_child(argv, fds[1], launcher);
     close(fds[1]);
     fd_ = fds[0];
   }
@@ -102,8 +104,15 @@ class JobRun {
   }
 
  private:
-  [[noreturn]] static void exec_child(const std::vector<std::string>& argv, int out_fd) {
+  [[noreturn]] static void exec_child(const std::vector<std::string>& argv, int out_fd,
+                                      pid_t launcher) {
     setpgid(0, 0);
+    // A launcher that dies (SIGKILL, OOM) must take its job with it: otherwise the ranks
+    // train on unsupervised and hold the run directory against the launch that reruns it.
+    // mpirun ends its ranks when it dies. The getppid check closes the race with a launcher
+    // that died before prctl.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(128 + SIGKILL);
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     signal(SIGINT, SIG_DFL);
@@ -345,10 +354,21 @@ int run_launch(const LaunchOptions& options) {
                        : "stopped before rank 0 reported a checkpoint");
       return clean ? 0 : 1;
     }
-    if (succeeded) return 0;
+    // Ranks that stopped cleanly on a signal the launcher did not send (a stop request that
+    // reached a rank alone) left the run unfinished: that is a failure to recover from, unless
+    // the launcher itself has been told to stop meanwhile.
+    const bool unrequested_stop = succeeded && run.clean_stop_reported();
+    if (succeeded && !unrequested_stop) return 0;
+    if (g_stop_signals.load() > 0) {
+      log_launch("stopped between attempts; not restarting");
+      return unrequested_stop ? 0 : 1;
+    }
     failure_time = run.failure() ? run.failure_seen() : Clock::now();
     last_step_time = run.last_step_seen(failure_time);
-    if (run.failure()) {
+    if (unrequested_stop) {
+      log_launch("the ranks stopped on a signal the launcher did not send, before the run was "
+                 "complete");
+    } else if (run.failure()) {
       log_launch(fmt::format("rank {} failed: {}", run.failure()->rank, run.failure()->reason));
     } else {
       log_launch(fmt::format("mpirun {} without naming a failed rank", describe_status(status)));

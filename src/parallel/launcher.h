@@ -5,9 +5,12 @@
 // until the restart budget is spent. SIGINT/SIGTERM to the launcher become one SIGUSR1 to
 // mpirun, which forwards it to every rank (the trainer stops on it like on SIGTERM: finish the
 // step, checkpoint, exit); after `stop_timeout_s` the job is ended, and a second signal kills
-// it at once. A job that ends with status kExitDiverged (core/divergence_error.h: training diverged) is
-// not restarted, since it would only diverge again; the launcher exits with that status. mpirun runs in its own process group so a terminal's Ctrl-C reaches it only
-// through the launcher.
+// it at once. A job that ends with status kExitDiverged (core/divergence_error.h: training
+// diverged) is not restarted, since it would only diverge again; the launcher exits with that
+// status. A job whose ranks stopped cleanly on a signal the launcher did not send (SIGTERM to
+// one rank) is unfinished and restarted like a failed one. mpirun runs in its own process group
+// so a terminal's Ctrl-C reaches it only through the launcher, and it dies with the launcher
+// (PR_SET_PDEATHSIG), ending its ranks, so a killed launcher leaves no job running behind it.
 #pragma once
 
 #include <optional>
