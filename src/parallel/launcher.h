@@ -30,7 +30,22 @@ struct LaunchOptions {
   std::vector<std::string> first_args;       // its arguments on the first start
   std::vector<std::string> restart_args;     // and on every restart
   std::vector<std::string> exported_env;     // NAME=value pairs every rank must see
+  // Elastic mode (min_nproc < nproc): before each start the launcher finds the usable slots
+  // (ranks' places, 0..nproc-1) with `health_check` (run by /bin/sh per slot with ANVIL_SLOT
+  // set; exit 0: usable) or, without one, by dropping slots whose rank failed at start-up, and
+  // starts the largest world >= min_nproc that keeps the global batch (ranks x grad_accum =
+  // nproc x grad_accum) integral. While the world is smaller than nproc it checks the lost
+  // slots at each checkpoint and, when they are back, stops the job gracefully and starts it
+  // bigger. `grad_accum` (> 0 in elastic mode) is the job's training.grad_accum at nproc ranks;
+  // each start gets `--training.grad_accum=<scaled value>` after its arguments.
+  int min_nproc = 0;  // 0: nproc
+  std::string health_check;
+  int grad_accum = 0;
 };
+
+// Returns the largest world size in [min_nproc, usable] that divides nproc x grad_accum (the
+// global batch in micro-batches stays the same), or 0 when there is none.
+int elastic_world(int nproc, int min_nproc, int grad_accum, int usable);
 
 // Returns mpirun's argv for one start: -np, the hostfile, --oversubscribe,
 // --allow-run-as-root when `as_root`, --tag-output, -x for each exported variable and
@@ -58,6 +73,8 @@ std::optional<RankFailure> parse_mpirun_failure(std::string_view line, int& pend
 
 // Returns the step number of a trainer progress line ("step  7/20 | loss ..."), or -1.
 long progress_step(std::string_view line);
+// Returns the step of a trainer's "checkpoint <dir>/step-NNNNNNN (...)" line, or -1.
+long checkpoint_line_step(std::string_view line);
 
 // Runs the job until it succeeds, is stopped by a signal, diverges, or fails with no restart
 // left; returns the launcher's exit status (0 on success or a clean stop, kExitDiverged when
