@@ -287,8 +287,8 @@ std::string describe_status(int status) {
 // exits 0 with ANVIL_SLOT=i, or, without a health check, unless a rank in it failed at start.
 class SlotPool {
  public:
-  SlotPool(int slots, std::string health_check)
-      : slots_(slots), health_check_(std::move(health_check)) {}
+  SlotPool(int slots, std::string health_check, int limit_s)
+      : slots_(slots), health_check_(std::move(health_check)), limit_s_(limit_s) {}
 
   // Returns the usable slots, in order.
   std::vector<int> usable() const {
@@ -306,18 +306,34 @@ class SlotPool {
     const pid_t pid = fork();
     ANVIL_CHECK(pid >= 0, "[launch] cannot fork the health check: {}", std::strerror(errno));
     if (pid == 0) {
+      setpgid(0, 0);  // so that a timeout ends whatever the check started too
       setenv("ANVIL_SLOT", std::to_string(slot).c_str(), 1);
       execl("/bin/sh", "sh", "-c", health_check_.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
+    // A check that hangs (an unreachable node) must not hang the launcher: past the limit
+    // the slot counts as lost.
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(limit_s_);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    for (;;) {
+      const pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (done < 0 && errno != EINTR) return false;
+      if (Clock::now() > deadline) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        log_launch(fmt::format("the health check of slot {} did not finish within {} s; the "
+                               "slot counts as lost", slot, limit_s_));
+        return false;
+      }
+      usleep(10000);
     }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
+
 
   int slots_;
   std::string health_check_;
+  int limit_s_;
   std::set<int> lost_;
 };
 
@@ -420,7 +436,7 @@ int run_launch(const LaunchOptions& options) {
               "batch when the world changes");
   const bool as_root = geteuid() == 0;
   SignalGuard signals;
-  SlotPool slots(options.nproc, options.health_check);
+  SlotPool slots(options.nproc, options.health_check, options.health_check_timeout_s);
   Clock::time_point failure_time;
   Clock::time_point last_step_time;
   int world = options.nproc;

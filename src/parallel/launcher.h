@@ -32,14 +32,15 @@ struct LaunchOptions {
   std::vector<std::string> exported_env;     // NAME=value pairs every rank must see
   // Elastic mode (min_nproc < nproc): before each start the launcher finds the usable slots
   // (ranks' places, 0..nproc-1) with `health_check` (run by /bin/sh per slot with ANVIL_SLOT
-  // set; exit 0: usable) or, without one, by dropping slots whose rank failed at start-up, and
-  // starts the largest world >= min_nproc that keeps the global batch (ranks x grad_accum =
-  // nproc x grad_accum) integral. While the world is smaller than nproc it checks the lost
-  // slots at each checkpoint and, when they are back, stops the job gracefully and starts it
-  // bigger. `grad_accum` (> 0 in elastic mode) is the job's training.grad_accum at nproc ranks;
-  // each start gets `--training.grad_accum=<scaled value>` after its arguments.
+  // set; exit 0 within health_check_timeout_s: usable) or, without one, by dropping slots whose rank failed at
+  // start-up, and starts the largest world >= min_nproc that keeps the global batch (ranks x
+  // grad_accum = nproc x grad_accum) integral. While the world is smaller than nproc it checks
+  // the lost slots at each checkpoint and, when they are back, stops the job gracefully and
+  // starts it bigger. `grad_accum` (> 0 in elastic mode) is the job's training.grad_accum at
+  // nproc ranks; each start gets `--training.grad_accum=<scaled value>` after its arguments.
   int min_nproc = 0;  // 0: nproc
   std::string health_check;
+  int health_check_timeout_s = 60;  // a check still running then has failed
   int grad_accum = 0;
 };
 

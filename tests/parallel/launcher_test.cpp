@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -209,6 +210,20 @@ TEST(Launcher, ElasticLaunchShrinksAndGrowsBack) {
   EXPECT_NE(starts[1].find("-np 4 "), std::string::npos) << starts[1];
   EXPECT_NE(starts[1].find("--training.grad_accum=1"), std::string::npos) << starts[1];
   std::filesystem::remove_all(dir);
+}
+
+TEST(Launcher, AHealthCheckThatHangsLosesItsSlot) {
+  LaunchOptions options;
+  options.mpirun = "/bin/echo";
+  options.program = "anvil";
+  options.nproc = 2;
+  options.min_nproc = 1;
+  options.grad_accum = 1;
+  options.health_check = "[ \"$ANVIL_SLOT\" = 0 ] || sleep 30";
+  options.health_check_timeout_s = 1;
+  const auto begin = std::chrono::steady_clock::now();
+  EXPECT_EQ(run_launch(options), 0);  // echo stands in for a job that succeeds on 1 rank
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::seconds(20));
 }
 
 TEST(Launcher, ElasticLaunchDropsASlotWhoseRankFailedAtStart) {

@@ -129,8 +129,8 @@ def rank_pids(launcher_pid):
     table = process_table()
     mpiruns = [p for p, (pp, comm) in table.items() if pp == launcher_pid and comm == "mpirun"]
     ranks = {}
-    for pid, (ppid, comm) in table.items():
-        if ppid not in mpiruns or comm != "anvil":
+    for pid, (ppid, _) in table.items():
+        if ppid not in mpiruns:  # mpirun's children here are the ranks
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as env:
@@ -171,7 +171,7 @@ def staging_folder(run_dir):
     return next((name for name in names if name.endswith(".partial")), None)
 
 
-def make_plan(rng, faults, save_faults, max_gap):
+def make_plan(rng, faults, save_faults):
     """Draws every fault up front, so the seed alone fixes the plan. Every kind of fault is
     in it at least once when there are enough faults; the rest are drawn by weight."""
     at_save = set(rng.sample(range(faults), save_faults))
@@ -183,7 +183,8 @@ def make_plan(rng, faults, save_faults, max_gap):
     for index, (sig, target) in enumerate(kinds):
         plan.append({"signal": sig, "target": target, "rank": rng.randrange(2),
                      "at_save": index in at_save or rng.random() < 0.25,
-                     "gap": rng.uniform(0.05, max_gap), "pause": rng.uniform(0.3, 1.5)})
+                     "gap_steps": rng.randrange(4), "jitter": rng.uniform(0, 0.05),
+                     "pause": rng.uniform(0.3, 1.5)})
     return plan
 
 
@@ -196,8 +197,7 @@ class Chaos:
                         f"--training.steps={args.steps}", "--run-dir", self.run_dir]
         self.log = open(os.path.join(args.work, "chaos.log"), "w")
         self.output = LaunchOutput(self.log)
-        self.plan = make_plan(random.Random(args.seed), args.faults, args.save_faults,
-                              args.max_gap)
+        self.plan = make_plan(random.Random(args.seed), args.faults, args.save_faults)
         self.done = []  # the faults sent, with when and where they landed
         self.launches = 0
         self.deadline = time.monotonic() + args.time_limit
@@ -251,18 +251,16 @@ class Chaos:
 
     def inject(self, fault, launcher):
         """Sends one fault; returns False when the job ended before it could land."""
-        gap_end = time.monotonic() + fault["gap"]
-        while time.monotonic() < gap_end:
+        # The pause before a fault is counted in steps, so that the faults fit in the run
+        # however fast the machine trains; the jitter spreads them over a step.
+        until_step = self.output.last_step() + fault["gap_steps"]
+        while self.output.last_step() < until_step:
             if launcher.poll() is not None:
                 return False
-            time.sleep(0.01)
-        if fault["at_save"]:
-            # Saves take a fraction of a second; poll often enough to land inside one.
-            while staging_folder(self.run_dir) is None:
-                if launcher.poll() is not None:
-                    return False
-                self.check_deadline()
-                time.sleep(0.002)
+            time.sleep(0.005)
+        time.sleep(fault["jitter"])
+        # Find the target first, so that a fault aimed at a save follows the staging folder's
+        # appearance by as little as possible.
         if fault["target"] == "launcher":
             pid, who = launcher.pid, "launcher"
         else:
@@ -270,6 +268,13 @@ class Chaos:
             if fault["rank"] not in ranks:
                 return False  # between attempts: try again at the next poll
             pid, who = ranks[fault["rank"]], f"rank {fault['rank']}"
+        if fault["at_save"]:
+            # Saves take a fraction of a second; poll often enough to land inside one.
+            while staging_folder(self.run_dir) is None:
+                if launcher.poll() is not None:
+                    return False
+                self.check_deadline()
+                time.sleep(0.002)
         before = staging_folder(self.run_dir)
         sent = time.monotonic()
         try:
@@ -351,8 +356,6 @@ def main():
     parser.add_argument("--save-faults", type=int, default=3,
                         help="faults that wait for a checkpoint save to start")
     parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--max-gap", type=float, default=0.6,
-                        help="longest wait (s) after a recovery before the next fault")
     parser.add_argument("--time-limit", type=float, default=200)
     args = parser.parse_args()
     args.anvil = os.path.abspath(args.anvil)
