@@ -3,9 +3,12 @@
 // checkpoint when a rank dies (parallel/launcher.h). The run directory is fixed before the
 // first start (a default one is chosen when <args> name none) so every restart continues the
 // same run, and restarts always pass --resume auto. Variables named ANVIL_* and OMP_* are
-// exported to every rank. docs/distributed.md has the equivalent Slurm (srun) lines.
+// exported to every rank. With --min-nproc M < N the launch is elastic (launcher.h): the
+// launcher owns --training.grad_accum and scales it with the world size. docs/distributed.md
+// has the equivalent Slurm (srun) lines.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -87,6 +90,12 @@ int run_launch_command(const std::vector<std::string>& raw_args) {
                  "seconds ranks get to checkpoint after SIGTERM or SIGINT to the launcher")
       ->capture_default_str();
   app.add_option("--mpirun", options.mpirun, "the mpirun executable")->capture_default_str();
+  app.add_option("--min-nproc", options.min_nproc,
+                 "elastic: keep training on as few as M ranks when slots are lost, growing back "
+                 "to N when they return (needs --training.grad_accum in the train arguments)");
+  app.add_option("--health-check", options.health_check,
+                 "elastic: shell command run per slot before each start and at each checkpoint "
+                 "of a shrunk job, with ANVIL_SLOT=<slot>; exit 0 means the slot is usable");
   if (!parse_args(app, own_args)) return 0;
   ANVIL_CHECK(!job.empty() && (job.front() == "train" || job.front() == "finetune"),
               "[launch] give the training command (train or finetune) after '--', e.g. anvil "
@@ -99,6 +108,21 @@ int run_launch_command(const std::vector<std::string>& raw_args) {
                                                          : "tiny";
     job.push_back("--run-dir");
     job.push_back(default_run_dir(name).string());
+  }
+  if (options.min_nproc > 0 && options.min_nproc < options.nproc) {
+    // The launcher sets grad_accum on every start so that ranks x grad_accum stays the same.
+    const std::string grad_accum = option_value(job, "--training.grad_accum");
+    ANVIL_CHECK(!grad_accum.empty(), "[launch] --min-nproc {} < --nproc {} needs "
+                "--training.grad_accum=G in the train arguments (G at {} ranks), so the global "
+                "batch can be kept when the world changes", options.min_nproc, options.nproc,
+                options.nproc);
+    options.grad_accum = std::atoi(grad_accum.c_str());
+    ANVIL_CHECK(options.grad_accum >= 1, "[launch] --training.grad_accum must be >= 1, got '{}'",
+                grad_accum);
+    job = without_option(job, "--training.grad_accum");
+  } else {
+    ANVIL_CHECK(options.health_check.empty(),
+                "[launch] --health-check needs --min-nproc M < --nproc (elastic mode)");
   }
   options.program = this_executable();
   options.first_args = job;

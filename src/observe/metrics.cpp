@@ -72,6 +72,11 @@ std::string format_metrics_line(const TrainStepRecord& r) {
       r.elapsed_s);
 }
 
+std::string format_metrics_line(const WorldChangeRecord& r) {
+  return fmt::format("{{\"type\":\"world\",\"step\":{},\"world\":{},\"previous\":{}}}", r.step,
+                     r.world, r.previous);
+}
+
 std::string format_metrics_line(const EvalRecord& r) {
   std::string line = fmt::format("{{\"type\":\"eval\",\"step\":{}", r.step);
   if (r.has_loss) {
@@ -103,7 +108,9 @@ MetricsWriter::MetricsWriter(std::filesystem::path path, int64_t keep_through_st
       const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       // A torn last line (crash mid-write) is not valid JSON and is dropped.
       if (record.is_discarded() || !record.contains("step")) continue;
-      if (record["step"].get<int64_t>() <= keep_through_step) kept += line + "\n";
+      const int64_t step = record["step"].get<int64_t>();
+      const bool redone = step == keep_through_step && record.value("type", "") == "world";
+      if (step <= keep_through_step && !redone) kept += line + "\n";
     }
   }
   write_file_atomic(path, kept);
@@ -120,11 +127,19 @@ void MetricsWriter::write(const EvalRecord& record) {
   file_->append(format_metrics_line(record) + "\n");
 }
 
+void MetricsWriter::write(const WorldChangeRecord& record) {
+  file_->append(format_metrics_line(record) + "\n");
+}
+
 void MetricsSinks::write(const TrainStepRecord& record) {
   for (const auto& sink : sinks_) sink->write(record);
 }
 
 void MetricsSinks::write(const EvalRecord& record) {
+  for (const auto& sink : sinks_) sink->write(record);
+}
+
+void MetricsSinks::write(const WorldChangeRecord& record) {
   for (const auto& sink : sinks_) sink->write(record);
 }
 

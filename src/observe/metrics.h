@@ -62,7 +62,18 @@ struct EvalRecord {
   std::vector<std::pair<std::string, double>> source_val_loss{};
 };
 
+// The number of data-parallel ranks changed at a resume: the checkpoint of `step` was written
+// by `previous` of them and training goes on with `world` (an elastic launch shrinking or
+// growing, or a resume by hand on another world size). A resume from `step` rewrites it, so
+// the cut at `step` drops it.
+struct WorldChangeRecord {
+  int64_t step = 0;
+  int world = 0;
+  int previous = 0;
+};
+
 // Returns the JSON line (no newline) for a record.
+std::string format_metrics_line(const WorldChangeRecord& record);
 std::string format_metrics_line(const TrainStepRecord& record);
 std::string format_metrics_line(const EvalRecord& record);
 
@@ -87,13 +98,16 @@ class MetricsSink {
   virtual void write(const TrainStepRecord& record) = 0;
   // Records one evaluation; throws naming the file when it cannot.
   virtual void write(const EvalRecord& record) = 0;
+  // Records a change of world size; a sink that charts per-step values ignores it.
+  virtual void write(const WorldChangeRecord&) {}
 };
 
 // metrics.jsonl.
 class MetricsWriter : public MetricsSink {
  public:
   // Opens `path` for appending after dropping every record whose step exceeds
-  // `keep_through_step` (use -1 to start a fresh file). The cut is written atomically.
+  // `keep_through_step` and the world change at it (use -1 to start a fresh file). The cut is
+  // written atomically.
   MetricsWriter(std::filesystem::path path, int64_t keep_through_step);
   ~MetricsWriter() override;
   MetricsWriter(const MetricsWriter&) = delete;
@@ -104,6 +118,7 @@ class MetricsWriter : public MetricsSink {
   // previous, valid length.
   void write(const TrainStepRecord& record) override;
   void write(const EvalRecord& record) override;
+  void write(const WorldChangeRecord& record) override;
 
  private:
   std::unique_ptr<AppendFile> file_;
@@ -116,6 +131,7 @@ class MetricsSinks : public MetricsSink {
   void add(std::unique_ptr<MetricsSink> sink) { sinks_.push_back(std::move(sink)); }
   void write(const TrainStepRecord& record) override;
   void write(const EvalRecord& record) override;
+  void write(const WorldChangeRecord& record) override;
 
  private:
   std::vector<std::unique_ptr<MetricsSink>> sinks_;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +18,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <regex>
+#include <set>
 
 #include "core/divergence_error.h"
 #include "core/error.h"
@@ -77,9 +80,10 @@ class JobRun {
     int fds[2];
     ANVIL_CHECK(pipe2(fds, O_CLOEXEC) == 0, "[launch] cannot create a pipe: {}",
                 std::strerror(errno));
+    const pid_t launcher = getpid();
     pid_ = fork();
     ANVIL_CHECK(pid_ >= 0, "[launch] cannot fork: {}", std::strerror(errno));
-    if (pid_ == 0) exec_child(argv, fds[1]);
+    if (pid_ == 0) exec_child(argv, fds[1], launcher);
     close(fds[1]);
     fd_ = fds[0];
   }
@@ -92,6 +96,15 @@ class JobRun {
   // Relays output until mpirun exits; returns its wait status.
   int supervise(int stop_timeout_s);
 
+  // Makes rank 0's checkpoint lines call `check` (the elastic grow test); when it returns
+  // true the job is stopped gracefully (SIGUSR1) so the launcher can start it bigger.
+  void grow_when(std::function<bool()> check) { grow_check_ = std::move(check); }
+  bool grow_requested() const { return grow_requested_; }
+  // Returns the step of the newest checkpoint rank 0 reported, or `fallback` if none.
+  long committed_step(long fallback) const { return committed_step_ >= 0 ? committed_step_ : fallback; }
+  // Returns whether rank 0 finished a step in this run.
+  bool stepped() const { return last_step_seen_.has_value(); }
+
   const std::optional<RankFailure>& failure() const { return failure_; }
   Clock::time_point failure_seen() const { return failure_seen_; }
   bool stop_forwarded() const { return forwarded_signals_ > 0; }
@@ -102,8 +115,15 @@ class JobRun {
   }
 
  private:
-  [[noreturn]] static void exec_child(const std::vector<std::string>& argv, int out_fd) {
+  [[noreturn]] static void exec_child(const std::vector<std::string>& argv, int out_fd,
+                                      pid_t launcher) {
     setpgid(0, 0);
+    // A launcher that dies (SIGKILL, OOM) must take its job with it: otherwise the ranks
+    // train on unsupervised and hold the run directory against the launch that reruns it.
+    // mpirun ends its ranks when it dies. The getppid check closes the race with a launcher
+    // that died before prctl.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(128 + SIGKILL);
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     signal(SIGINT, SIG_DFL);
@@ -159,6 +179,9 @@ class JobRun {
   int pending_rank_ = -1;
   bool clean_stop_ = false;
   bool recovery_reported_ = false;
+  std::function<bool()> grow_check_;
+  bool grow_requested_ = false;
+  long committed_step_ = -1;
   std::optional<RankFailure> failure_;
   Clock::time_point failure_seen_;
   std::vector<std::string> last_error_;  // per rank: its last "anvil: error" line
@@ -190,6 +213,14 @@ void JobRun::handle_line(std::string_view raw) {
   }
   if (line.rank == 0 && line.text.find("stopped by signal") != std::string::npos) {
     clean_stop_ = true;
+  }
+  const long saved = line.rank == 0 ? checkpoint_line_step(line.text) : -1;
+  if (saved >= 0) {
+    committed_step_ = saved;
+    if (grow_check_ && !grow_requested_ && forwarded_signals_ == 0 && grow_check_()) {
+      grow_requested_ = true;
+      kill(pid_, SIGUSR1);
+    }
   }
   const long step = line.rank == 0 ? progress_step(line.text) : -1;
   if (step < 0) return;
@@ -251,6 +282,60 @@ std::string describe_status(int status) {
   if (WIFSIGNALED(status)) return fmt::format("was killed by signal {}", WTERMSIG(status));
   return "ended";
 }
+
+// The places ranks can run in, for elastic launches: slot i is usable when the health check
+// exits 0 with ANVIL_SLOT=i, or, without a health check, unless a rank in it failed at start.
+class SlotPool {
+ public:
+  SlotPool(int slots, std::string health_check, int limit_s)
+      : slots_(slots), health_check_(std::move(health_check)), limit_s_(limit_s) {}
+
+  // Returns the usable slots, in order.
+  std::vector<int> usable() const {
+    std::vector<int> out;
+    for (int slot = 0; slot < slots_; ++slot) {
+      if (health_check_.empty() ? lost_.count(slot) == 0 : passes_check(slot)) out.push_back(slot);
+    }
+    return out;
+  }
+  // Marks a slot lost (a rank failed to start in it).
+  void lose(int slot) { lost_.insert(slot); }
+
+ private:
+  bool passes_check(int slot) const {
+    const pid_t pid = fork();
+    ANVIL_CHECK(pid >= 0, "[launch] cannot fork the health check: {}", std::strerror(errno));
+    if (pid == 0) {
+      setpgid(0, 0);  // so that a timeout ends whatever the check started too
+      setenv("ANVIL_SLOT", std::to_string(slot).c_str(), 1);
+      execl("/bin/sh", "sh", "-c", health_check_.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // A check that hangs (an unreachable node) must not hang the launcher: past the limit
+    // the slot counts as lost.
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(limit_s_);
+    int status = 0;
+    for (;;) {
+      const pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (done < 0 && errno != EINTR) return false;
+      if (Clock::now() > deadline) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        log_launch(fmt::format("the health check of slot {} did not finish within {} s; the "
+                               "slot counts as lost", slot, limit_s_));
+        return false;
+      }
+      usleep(10000);
+    }
+  }
+
+
+  int slots_;
+  std::string health_check_;
+  int limit_s_;
+  std::set<int> lost_;
+};
 
 }  // namespace
 
@@ -323,21 +408,83 @@ long progress_step(std::string_view line) {
   return std::stol(match[1].str());
 }
 
+long checkpoint_line_step(std::string_view line) {
+  static const std::regex saved(R"(^checkpoint \S*step-(\d+) \()");
+  std::cmatch match;
+  if (!std::regex_search(line.data(), line.data() + line.size(), match, saved)) return -1;
+  return std::stol(match[1].str());
+}
+
+int elastic_world(int nproc, int min_nproc, int grad_accum, int usable) {
+  const long micro_batches = static_cast<long>(nproc) * grad_accum;
+  for (int world = std::min(usable, nproc); world >= std::max(min_nproc, 1); --world) {
+    if (micro_batches % world == 0) return world;
+  }
+  return 0;
+}
+
 int run_launch(const LaunchOptions& options) {
   ANVIL_CHECK(options.nproc >= 1, "[launch] --nproc must be >= 1, got {}", options.nproc);
   ANVIL_CHECK(options.max_restarts >= 0, "[launch] --max-restarts must be >= 0, got {}",
               options.max_restarts);
+  const int min_nproc = options.min_nproc > 0 ? options.min_nproc : options.nproc;
+  ANVIL_CHECK(min_nproc <= options.nproc, "[launch] --min-nproc {} exceeds --nproc {}", min_nproc,
+              options.nproc);
+  const bool elastic = min_nproc < options.nproc;
+  ANVIL_CHECK(!elastic || options.grad_accum > 0,
+              "[launch] an elastic launch needs the job's training.grad_accum to keep the global "
+              "batch when the world changes");
   const bool as_root = geteuid() == 0;
   SignalGuard signals;
+  SlotPool slots(options.nproc, options.health_check, options.health_check_timeout_s);
   Clock::time_point failure_time;
   Clock::time_point last_step_time;
+  int world = options.nproc;
+  std::vector<int> active;  // the slot of each rank of the current world
+  long step = 0;            // where the next start resumes
+  int restarts = 0;
+  bool recovering = false;  // this start follows a failure (not the first start nor a growth)
   for (int attempt = 0;; ++attempt) {
-    const std::vector<std::string>& args = attempt == 0 ? options.first_args : options.restart_args;
-    const std::vector<std::string> argv = mpirun_command(options, attempt, as_root, args);
-    if (attempt == 0) log_launch(fmt::format("{} ranks: {}", options.nproc, fmt::join(argv, " ")));
-    JobRun run(argv, attempt > 0, failure_time, last_step_time);
+    if (elastic) {
+      const std::vector<int> usable = slots.usable();
+      const int next = elastic_world(options.nproc, min_nproc, options.grad_accum,
+                                     static_cast<int>(usable.size()));
+      if (next == 0) {
+        log_launch(fmt::format("giving up: {} of {} slots are usable and no world of {} to {} "
+                               "ranks keeps the global batch ({} x training.grad_accum {})",
+                               usable.size(), options.nproc, min_nproc, options.nproc,
+                               options.nproc, options.grad_accum));
+        return 1;
+      }
+      if (next != world) {
+        log_launch(fmt::format(
+            "world changed {} -> {} at step {}: usable slots {}; training.grad_accum {} -> {} "
+            "keeps the global batch",
+            world, next, step, fmt::join(usable, ","), options.nproc * options.grad_accum / world,
+            options.nproc * options.grad_accum / next));
+      }
+      world = next;
+      active.assign(usable.begin(), usable.begin() + next);
+    }
+    std::vector<std::string> args = attempt == 0 ? options.first_args : options.restart_args;
+    if (options.grad_accum > 0) {
+      args.push_back(fmt::format("--training.grad_accum={}",
+                                 options.nproc * options.grad_accum / world));
+    }
+    LaunchOptions start = options;
+    start.nproc = world;
+    const std::vector<std::string> argv = mpirun_command(start, attempt, as_root, args);
+    if (attempt == 0) log_launch(fmt::format("{} ranks: {}", world, fmt::join(argv, " ")));
+    JobRun run(argv, recovering, failure_time, last_step_time);
+    if (elastic && world < options.nproc) {
+      run.grow_when([&] {
+        return elastic_world(options.nproc, min_nproc, options.grad_accum,
+                             static_cast<int>(slots.usable().size())) > world;
+      });
+    }
     const int status = run.supervise(options.stop_timeout_s);
     const bool succeeded = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    step = run.committed_step(step);
     if (run.stop_forwarded()) {
       // A run that finished as the signal came in ended just as well.
       const bool clean = run.clean_stop_reported() || succeeded;
@@ -345,11 +492,31 @@ int run_launch(const LaunchOptions& options) {
                        : "stopped before rank 0 reported a checkpoint");
       return clean ? 0 : 1;
     }
-    if (succeeded) return 0;
+    if (run.grow_requested() && succeeded && run.clean_stop_reported()) {
+      log_launch(fmt::format("stopped at step {} to grow the world back", step));
+      recovering = false;
+      continue;
+    }
+    // Ranks that stopped cleanly on a signal the launcher did not send (a stop request that
+    // reached a rank alone) left the run unfinished: that is a failure to recover from, unless
+    // the launcher itself has been told to stop meanwhile.
+    const bool unrequested_stop = succeeded && run.clean_stop_reported();
+    if (succeeded && !unrequested_stop) return 0;
+    if (g_stop_signals.load() > 0) {
+      log_launch("stopped between attempts; not restarting");
+      return unrequested_stop ? 0 : 1;
+    }
     failure_time = run.failure() ? run.failure_seen() : Clock::now();
     last_step_time = run.last_step_seen(failure_time);
-    if (run.failure()) {
+    if (unrequested_stop) {
+      log_launch("the ranks stopped on a signal the launcher did not send, before the run was "
+                 "complete");
+    } else if (run.failure()) {
       log_launch(fmt::format("rank {} failed: {}", run.failure()->rank, run.failure()->reason));
+      const int rank = run.failure()->rank;
+      if (elastic && !run.stepped() && rank >= 0 && rank < static_cast<int>(active.size())) {
+        slots.lose(active[static_cast<size_t>(rank)]);
+      }
     } else {
       log_launch(fmt::format("mpirun {} without naming a failed rank", describe_status(status)));
     }
@@ -361,13 +528,15 @@ int run_launch(const LaunchOptions& options) {
                              kExitDiverged));
       return kExitDiverged;
     }
-    if (attempt >= options.max_restarts) {
+    if (restarts >= options.max_restarts) {
       log_launch(fmt::format("giving up: {} restart{} allowed (--max-restarts)",
                              options.max_restarts, options.max_restarts == 1 ? "" : "s"));
       return 1;
     }
+    ++restarts;
+    recovering = true;
     log_launch(fmt::format("restart {}/{}: resuming from the newest committed checkpoint",
-                           attempt + 1, options.max_restarts));
+                           restarts, options.max_restarts));
   }
 }
 

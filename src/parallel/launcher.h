@@ -5,9 +5,12 @@
 // until the restart budget is spent. SIGINT/SIGTERM to the launcher become one SIGUSR1 to
 // mpirun, which forwards it to every rank (the trainer stops on it like on SIGTERM: finish the
 // step, checkpoint, exit); after `stop_timeout_s` the job is ended, and a second signal kills
-// it at once. A job that ends with status kExitDiverged (core/divergence_error.h: training diverged) is
-// not restarted, since it would only diverge again; the launcher exits with that status. mpirun runs in its own process group so a terminal's Ctrl-C reaches it only
-// through the launcher.
+// it at once. A job that ends with status kExitDiverged (core/divergence_error.h: training
+// diverged) is not restarted, since it would only diverge again; the launcher exits with that
+// status. A job whose ranks stopped cleanly on a signal the launcher did not send (SIGTERM to
+// one rank) is unfinished and restarted like a failed one. mpirun runs in its own process group
+// so a terminal's Ctrl-C reaches it only through the launcher, and it dies with the launcher
+// (PR_SET_PDEATHSIG), ending its ranks, so a killed launcher leaves no job running behind it.
 #pragma once
 
 #include <optional>
@@ -27,7 +30,23 @@ struct LaunchOptions {
   std::vector<std::string> first_args;       // its arguments on the first start
   std::vector<std::string> restart_args;     // and on every restart
   std::vector<std::string> exported_env;     // NAME=value pairs every rank must see
+  // Elastic mode (min_nproc < nproc): before each start the launcher finds the usable slots
+  // (ranks' places, 0..nproc-1) with `health_check` (run by /bin/sh per slot with ANVIL_SLOT
+  // set; exit 0 within health_check_timeout_s: usable) or, without one, by dropping slots whose rank failed at
+  // start-up, and starts the largest world >= min_nproc that keeps the global batch (ranks x
+  // grad_accum = nproc x grad_accum) integral. While the world is smaller than nproc it checks
+  // the lost slots at each checkpoint and, when they are back, stops the job gracefully and
+  // starts it bigger. `grad_accum` (> 0 in elastic mode) is the job's training.grad_accum at
+  // nproc ranks; each start gets `--training.grad_accum=<scaled value>` after its arguments.
+  int min_nproc = 0;  // 0: nproc
+  std::string health_check;
+  int health_check_timeout_s = 60;  // a check still running then has failed
+  int grad_accum = 0;
 };
+
+// Returns the largest world size in [min_nproc, usable] that divides nproc x grad_accum (the
+// global batch in micro-batches stays the same), or 0 when there is none.
+int elastic_world(int nproc, int min_nproc, int grad_accum, int usable);
 
 // Returns mpirun's argv for one start: -np, the hostfile, --oversubscribe,
 // --allow-run-as-root when `as_root`, --tag-output, -x for each exported variable and
@@ -55,6 +74,8 @@ std::optional<RankFailure> parse_mpirun_failure(std::string_view line, int& pend
 
 // Returns the step number of a trainer progress line ("step  7/20 | loss ..."), or -1.
 long progress_step(std::string_view line);
+// Returns the step of a trainer's "checkpoint <dir>/step-NNNNNNN (...)" line, or -1.
+long checkpoint_line_step(std::string_view line);
 
 // Runs the job until it succeeds, is stopped by a signal, diverges, or fails with no restart
 // left; returns the launcher's exit status (0 on success or a clean stop, kExitDiverged when

@@ -213,6 +213,10 @@ TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngi
     progress.loss_scale = LossScalerState{json_field<double>(scaler, "scale", state_path),
                                           json_field<int64_t>(scaler, "clean_steps", state_path)};
   }
+  if (state.contains("mesh") && state["mesh"].is_object() && state["mesh"].contains("world")) {
+    progress.saved_world =
+        json_field<int>(json_field<nlohmann::json>(state, "mesh", state_path), "world", state_path);
+  }
   const auto optimizer_step = json_field<int64_t>(state, "optimizer_step", state_path);
   const int64_t applied = progress.step - progress.skipped_steps;
   ANVIL_CHECK(optimizer_step == applied && engine.optimizer_steps() == applied,

@@ -51,6 +51,7 @@ struct TrainProgress {
   std::optional<LossScalerState> loss_scale;
   DataCursor cursor;         // next_sample = first sample of the next global batch
   double train_seconds = 0;  // wall time spent in steps (informational; not replayed)
+  int saved_world = 0;  // when loaded: the data-parallel world that wrote it (0: not recorded)
 };
 
 // A checkpoint could not be written; every rank throws it with the same message, and the

@@ -275,6 +275,7 @@ TrainResult Trainer::run() {
     if (config_.logging.tensorboard) {
       metrics->add(std::make_unique<TensorBoardSink>(run_.root, last_saved_step_));
     }
+    if (world_change_) metrics->write(*world_change_);
   }
   const int64_t total_steps = config_.training.steps;
   const int64_t global_rows = int64_t{micro_batch_} * grad_accum_ * mesh_->sample_world();

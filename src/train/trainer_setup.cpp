@@ -207,6 +207,12 @@ void Trainer::start_or_resume() {
     last_checkpoint_ = *checkpoint;
     message(fmt::format("resumed from {} (step {}, sample {})", checkpoint->string(),
                         progress_.step, progress_.cursor.next_sample));
+    if (progress_.saved_world > 0 && progress_.saved_world != mesh_->sample_world()) {
+      world_change_ = WorldChangeRecord{progress_.step, mesh_->sample_world(),
+                                        progress_.saved_world};
+      message(fmt::format("world changed {} -> {} at step {}", progress_.saved_world,
+                          mesh_->sample_world(), progress_.step));
+    }
   } else {
     ANVIL_CHECK(options_.resume != "never" || !root_ || !store_.latest_valid(),
                 "[train] run directory {} already holds checkpoints; continue it with "

@@ -113,6 +113,7 @@ class Trainer {
   TrainingBenchmarks benchmarks_;
   StepProfiler profiler_;
   int64_t last_saved_step_ = -1;
+  std::optional<WorldChangeRecord> world_change_;  // set when a resume changed the world size
   int64_t checkpoint_failures_ = 0;
   std::filesystem::path last_checkpoint_;
   Clock::time_point run_start_ = Clock::now();

@@ -70,6 +70,28 @@ TEST(MetricsTest, ResumeCutsRecordsPastTheCheckpointAndATornLine) {
   std::filesystem::remove(path);
 }
 
+TEST(MetricsTest, AResumeAtAWorldChangeRewritesItsRecord) {
+  EXPECT_EQ(format_metrics_line(WorldChangeRecord{6, 2, 4}),
+            "{\"type\":\"world\",\"step\":6,\"world\":2,\"previous\":4}");
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("anvil_metrics_world_test_" + std::to_string(getpid()) + ".jsonl");
+  {
+    MetricsWriter writer(path, -1);
+    writer.write(TrainStepRecord{1, 1.0, 0.1, 1.0, 1, 0, 0});
+    writer.write(TrainStepRecord{2, 1.0, 0.1, 1.0, 2, 0, 0});
+    writer.write(WorldChangeRecord{2, 2, 4});
+    writer.write(TrainStepRecord{3, 1.0, 0.1, 1.0, 3, 0, 0});
+    writer.write(WorldChangeRecord{3, 4, 2});
+  }
+  // A resume from step 3 writes its own world record (or none) again: the old one goes.
+  { MetricsWriter resumed(path, 3); }
+  const std::string text = read_file(path);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4);
+  EXPECT_NE(text.find("\"step\":2,\"world\":2"), std::string::npos);
+  EXPECT_EQ(text.find("\"step\":3,\"world\""), std::string::npos);
+  std::filesystem::remove(path);
+}
+
 TEST(MetricsTest, NonFiniteValuesAreWrittenAsNull) {
   TrainStepRecord skipped{3, std::nan(""), 1e-3, INFINITY, 96, 10.0, 1.0};
   skipped.skipped_steps = 1;
