@@ -22,7 +22,7 @@ using nlohmann::json;
 json parse_json(const std::string& path, const std::string& content) {
   try {
     return json::parse(content);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     ANVIL_FAIL("[tokenizer] {}: malformed JSON: {}", path, e.what());
   }
 }
@@ -125,9 +125,10 @@ void resolve_bos_eos(BpeTokenizerParts& parts, const std::string& path) {
                         {"<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>"});
 }
 
-}  // namespace
-
-BpeTokenizerParts load_hf_json(const std::string& path, const std::string& content) {
+// Builds the parts; the pipeline readers index the JSON directly, so a component missing a key
+// or holding the wrong type surfaces as a nlohmann::json exception (turned into one error line
+// by load_hf_json).
+BpeTokenizerParts parts_from_json(const std::string& path, const std::string& content) {
   const json root = parse_json(path, content);
   ANVIL_CHECK(root.is_object() && root.contains("model") && root["model"].is_object(),
               "[tokenizer] {}: not a tokenizer.json (no 'model' object)", path);
@@ -211,6 +212,16 @@ BpeTokenizerParts load_hf_json(const std::string& path, const std::string& conte
   parts.model = std::make_unique<BpeModel>(config, std::move(unit_vocab), merges);
   resolve_bos_eos(parts, path);
   return parts;
+}
+
+}  // namespace
+
+BpeTokenizerParts load_hf_json(const std::string& path, const std::string& content) {
+  try {
+    return parts_from_json(path, content);
+  } catch (const nlohmann::json::exception& e) {
+    ANVIL_FAIL("[tokenizer] {}: malformed tokenizer.json: {}", path, e.what());
+  }
 }
 
 }  // namespace anvil::tok
