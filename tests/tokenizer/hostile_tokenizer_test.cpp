@@ -1,6 +1,7 @@
 // Hostile tokenizer files found by fuzz/tiktoken_fuzz and fuzz/tokenizer_json_fuzz (inputs kept
-// in fuzz/regressions/): a rank past the file's line count is an error before any table is
-// sized, and a pipeline component missing a key is one error line naming the file.
+// in fuzz/regressions/): a rank past the file's line count or an id far past the entry count
+// is an error before any table is sized, and a pipeline component missing a key is one error
+// line naming the file.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -33,6 +34,13 @@ TEST(HostileTokenizer, ComponentMissingAKeyNamesTheFile) {
   const std::string message = error_of([&] { tok::load_hf_json("t.json", json); });
   EXPECT_EQ(message.rfind("[tokenizer] t.json: ", 0), 0u) << message;
   EXPECT_NE(message.find("pretokenizers"), std::string::npos) << message;
+}
+
+TEST(HostileTokenizer, IdFarPastTheEntriesIsOutOfRangeBeforeAllocating) {
+  const std::string json = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2000000000},
+                               "merges": []}})";
+  EXPECT_EQ(error_of([&] { tok::load_hf_json("t.json", json); }),
+            "[tokenizer] t.json: token id 2000000000 is out of range for 2 vocab and added tokens");
 }
 
 }  // namespace
