@@ -1,6 +1,7 @@
-// PEFT adapter directories: adapter_config.json writing (peft_config.cpp reads it), and the tensor exchange
-// between adapter_model.safetensors and a model's trainable() adapter set. PEFT prefixes every
-// tensor with "base_model.model." (the PeftModel wrapper around LlamaForCausalLM).
+// PEFT adapter directories: adapter_config.json writing (peft_config.cpp reads it) and the
+// tensor exchange between adapter_model.safetensors and a model's trainable() adapter set. PEFT
+// prefixes every tensor with "base_model.model." (the PeftModel wrapper around
+// LlamaForCausalLM).
 #include "model/peft_adapter.h"
 
 #include <algorithm>

@@ -84,7 +84,8 @@ PeftAdapterInfo parse_peft_adapter_config(std::string_view text, const std::stri
 
   PeftAdapterInfo info;
   // Missing keys take LoraConfig's defaults (r 8, alpha 8, dropout 0, Llama: q/v_proj).
-  info.lora.r = config.contains("r") ? json_integer<int>(config["r"], "[peft] " + file + ": 'r'") : 8;
+  info.lora.r =
+      config.contains("r") ? json_integer<int>(config["r"], "[peft] " + file + ": 'r'") : 8;
   info.lora.alpha = float_setting(config, "lora_alpha", 8.0f, file);
   info.lora.dropout = float_setting(config, "lora_dropout", 0.0f, file);
   const nlohmann::json targets = config.value("target_modules", nlohmann::json());

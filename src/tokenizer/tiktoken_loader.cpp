@@ -68,7 +68,8 @@ BpeTokenizerParts load_tiktoken(const std::string& path, const std::string& cont
   std::string bytes;
   // Ranks are 0..n-1 with one per line, so a rank past the line count is an error before it
   // can size the tables (a one-line file must not allocate for rank 2^31).
-  const size_t line_count = static_cast<size_t>(std::count(content.begin(), content.end(), '\n')) + 1;
+  const size_t line_count =
+      static_cast<size_t>(std::count(content.begin(), content.end(), '\n')) + 1;
   while (line_start < content.size()) {
     size_t line_end = content.find('\n', line_start);
     if (line_end == std::string::npos) line_end = content.size();

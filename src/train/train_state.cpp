@@ -24,8 +24,9 @@ const nlohmann::json& state_field(const nlohmann::json& json, const char* name,
 }
 
 int64_t count_field(const nlohmann::json& json, const char* name, const std::string& path) {
-  return json_signed(state_field(json, name, path), fmt::format("[checkpoint] {}: '{}'", path, name),
-                     0, std::numeric_limits<int64_t>::max());
+  return json_signed(state_field(json, name, path),
+                     fmt::format("[checkpoint] {}: '{}'", path, name), 0,
+                     std::numeric_limits<int64_t>::max());
 }
 
 double number_field(const nlohmann::json& json, const char* name, const std::string& path) {
@@ -59,7 +60,8 @@ TrainStateFile parse_train_state(std::string_view text, const std::string& path)
   if (state.contains("loss_scale")) {
     const nlohmann::json& scaler = state_field(state, "loss_scale", path);
     progress.loss_scale =
-        LossScalerState{number_field(scaler, "scale", path), count_field(scaler, "clean_steps", path)};
+        LossScalerState{number_field(scaler, "scale", path),
+                        count_field(scaler, "clean_steps", path)};
   }
   file.optimizer_step = count_field(state, "optimizer_step", path);
   return file;

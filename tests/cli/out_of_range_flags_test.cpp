@@ -34,7 +34,8 @@ TEST(OutOfRangeFlags, IntegerOptionsNameTheValueAsWritten) {
 TEST(OutOfRangeFlags, ConfigOverridesNameTheValueAsWritten) {
   expect_out_of_range("train --training.steps=99999999999999999999",
                       "[config] --training.steps is out of range: 99999999999999999999");
-  expect_out_of_range("train --optimizer.lr 1e400", "[config] --optimizer.lr is out of range: 1e400");
+  expect_out_of_range("train --optimizer.lr 1e400",
+                      "[config] --optimizer.lr is out of range: 1e400");
 }
 
 }  // namespace

@@ -69,9 +69,13 @@ TEST(TrainState, HostileNumbersAreOneErrorWithTheValueAsWritten) {
 
 TEST(ConfigOverride, NumbersPastTheirTypeAreOutOfRange) {
   TrainConfig config;
-  EXPECT_EQ(error_of([&] { apply_config_override(config, "training.steps", "99999999999999999999"); }),
+  EXPECT_EQ(error_of([&] {
+              apply_config_override(config, "training.steps", "99999999999999999999");
+            }),
             "[config] --training.steps is out of range: 99999999999999999999");
-  EXPECT_EQ(error_of([&] { apply_config_override(config, "training.steps", "-99999999999999999999"); }),
+  EXPECT_EQ(error_of([&] {
+              apply_config_override(config, "training.steps", "-99999999999999999999");
+            }),
             "[config] --training.steps is out of range: -99999999999999999999");
   EXPECT_EQ(error_of([&] { apply_config_override(config, "optimizer.lr", "1e999"); }),
             "[config] --optimizer.lr is out of range: 1e999");
