@@ -5,7 +5,7 @@ SANITIZE_DIR ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test test-unit test-sanitize demo clean
+.PHONY: all deps configure build test test-unit test-sanitize fuzz demo clean
 
 all: build
 
@@ -35,6 +35,15 @@ test-sanitize: deps
 	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
 	@cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan_mpi.supp UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit -E 'FinetuneSft(Test\.FullAndLora|\.isa_)'
 
+# Builds every libFuzzer target with clang (address + undefined sanitizers) in build-fuzz/ and
+# runs each for FUZZ_SECONDS, one after another (fuzz/run.sh; FUZZ_TARGETS picks some). Needs
+# clang and libclang-rt-dev, which are not project dependencies. `make test` replays each
+# target's seeds and kept crashing inputs with the normal compiler (fuzz/CMakeLists.txt).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz:
+	@bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 # Trains the tiny preset on the fortunes corpus (tokenizer + shards made on first use), then
 # samples from it. A second `make demo` reuses runs/demo and only generates.
 demo: build
@@ -43,4 +52,4 @@ demo: build
 	@$(BUILD_DIR)/anvil generate --run runs/demo --prompt "The " --max-new-tokens 120
 
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(BUILD_DIR).configure.log $(SANITIZE_DIR).configure.log
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) build-fuzz $(BUILD_DIR).configure.log $(SANITIZE_DIR).configure.log

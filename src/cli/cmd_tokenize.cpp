@@ -74,7 +74,7 @@ std::vector<int32_t> parse_ids(std::string_view line, size_t line_number) {
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error&) {
+  } catch (const nlohmann::json::exception&) {
     ANVIL_FAIL("[tokenize] --decode: line {} is not a JSON array of ids", line_number);
   }
   ANVIL_CHECK(parsed.is_array(), "[tokenize] --decode: line {} is not a JSON array of ids",

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_util.h"
 
 namespace anvil {
 namespace {
@@ -17,9 +18,7 @@ const nlohmann::json& field(const nlohmann::json& json, const char* name) {
 
 template <typename T>
 T integer_field(const nlohmann::json& json, const char* name) {
-  const nlohmann::json& value = field(json, name);
-  ANVIL_CHECK(value.is_number_integer(), "[data] cursor: field '{}' must be an integer", name);
-  return value.get<T>();
+  return json_integer<T>(field(json, name), fmt::format("[data] cursor: field '{}'", name));
 }
 
 std::string string_field(const nlohmann::json& json, const char* name) {

@@ -76,7 +76,7 @@ std::vector<TaskRecord> read_json_lines(const std::filesystem::path& file, int64
     record.line = number;
     try {
       record.fields = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       ANVIL_FAIL("[eval] {}: not a JSON object: {}", record.where(), e.what());
     }
     ANVIL_CHECK(record.fields.is_object(), "[eval] {}: not a JSON object", record.where());

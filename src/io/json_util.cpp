@@ -1,6 +1,7 @@
 // Strict JSON parsing: a parser callback tracks the keys of every open object and the depth.
 #include "io/json_util.h"
 
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -76,6 +77,50 @@ std::string quote_for_message(std::string_view text) {
   }
   if (text.size() > kMaxQuotedChars) out += "...";
   return out;
+}
+
+namespace {
+
+// Returns whether a JSON value is an integer literal too long for 64 bits, which nlohmann::json
+// keeps as a double (a whole number of magnitude 2^63 or more).
+bool is_huge_integer(const json& value) {
+  if (!value.is_number_float()) return false;
+  const double number = value.get<double>();
+  return std::isfinite(number) && std::floor(number) == number && std::fabs(number) >= 0x1p63;
+}
+
+}  // namespace
+
+int64_t json_signed(const json& value, std::string_view subject, int64_t lo, int64_t hi) {
+  if (value.is_number_unsigned()) {
+    const uint64_t number = value.get<uint64_t>();
+    ANVIL_CHECK(hi >= 0 && number <= static_cast<uint64_t>(hi), "{} is out of range: {}", subject,
+                number);
+    return static_cast<int64_t>(number);
+  }
+  if (value.is_number_integer()) {
+    const int64_t number = value.get<int64_t>();
+    ANVIL_CHECK(number >= lo && number <= hi, "{} is out of range: {}", subject, number);
+    return number;
+  }
+  ANVIL_CHECK(!is_huge_integer(value), "{} is out of range: {}", subject, value.dump());
+  ANVIL_FAIL("{} must be an integer, got {}", subject, quote_for_message(value.dump()));
+}
+
+uint64_t json_unsigned(const json& value, std::string_view subject, uint64_t hi) {
+  if (value.is_number_unsigned()) {
+    const uint64_t number = value.get<uint64_t>();
+    ANVIL_CHECK(number <= hi, "{} is out of range: {}", subject, number);
+    return number;
+  }
+  if (value.is_number_integer()) {
+    const int64_t number = value.get<int64_t>();
+    ANVIL_CHECK(number >= 0 && static_cast<uint64_t>(number) <= hi, "{} is out of range: {}",
+                subject, number);
+    return static_cast<uint64_t>(number);
+  }
+  ANVIL_CHECK(!is_huge_integer(value), "{} is out of range: {}", subject, value.dump());
+  ANVIL_FAIL("{} must be an integer, got {}", subject, quote_for_message(value.dump()));
 }
 
 json parse_json_strict(std::string_view text, const std::string& subject, int max_depth,

@@ -9,7 +9,6 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
-#include <limits>
 
 #include "core/error.h"
 #include "io/file_util.h"
@@ -122,12 +121,7 @@ class FieldReader {
 
  private:
   int to_int(const char* key, const json& value) const {
-    if (!value.is_number_integer()) fail(key, fmt::format("must be an integer, got {}", value.dump()));
-    const int64_t v = value.get<int64_t>();
-    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
-      fail(key, fmt::format("is out of range ({})", v));
-    }
-    return static_cast<int>(v);
+    return json_integer<int>(value, fmt::format("[hf-config] {}: '{}'", file_, key));
   }
 
   const json& root_;

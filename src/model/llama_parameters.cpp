@@ -29,10 +29,6 @@ ParamScope scope_of_group(const LlamaConfig& config, int group, int& layer) {
 
 }  // namespace
 
-std::string layer_param_name(int layer, const char* suffix) {
-  return "model.layers." + std::to_string(layer) + "." + suffix;
-}
-
 std::shared_ptr<const ParameterLayout> make_llama_layout(const LlamaConfig& config,
                                                          bool decay_embeddings) {
   config.validate();

@@ -4,8 +4,6 @@
 #include "model/lora.h"
 
 #include <algorithm>
-#include <cmath>
-#include <set>
 
 #include "core/counter_hash.h"
 #include "core/error.h"
@@ -49,22 +47,6 @@ Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / 
 
 }  // namespace
 
-const std::array<std::string, kLoraTargetCount>& lora_target_names() {
-  static const std::array<std::string, kLoraTargetCount> names = [] {
-    std::array<std::string, kLoraTargetCount> list;
-    std::copy(lora_module_names().begin(), lora_module_names().end(), list.begin());
-    return list;
-  }();
-  return names;
-}
-
-LoraTarget parse_lora_target(const std::string& name) {
-  const ParamRow& row = lora_target_row(name);
-  const std::vector<const ParamRow*>& rows = lora_target_rows();
-  const auto position = std::find(rows.begin(), rows.end(), &row) - rows.begin();
-  return static_cast<LoraTarget>(position);
-}
-
 std::string lora_param_name(int layer, const std::string& target, char which) {
   ANVIL_CHECK(which == 'A' || which == 'B', "[lora] adapter matrix must be 'A' or 'B', got '{}'",
               which);
@@ -78,20 +60,6 @@ std::array<int64_t, 2> lora_target_dims(const LlamaConfig& config, LoraTarget ta
   ANVIL_CHECK(index_of(target) >= 0 && index_of(target) < kLoraTargetCount,
               "[lora] invalid target {}", index_of(target));
   return param_dims(*lora_target_rows()[static_cast<size_t>(index_of(target))], config);
-}
-
-void validate_lora_options(const LoraOptions& options) {
-  ANVIL_CHECK(options.r >= 1, "[lora] r must be at least 1, got {}", options.r);
-  ANVIL_CHECK(options.alpha > 0.0f && std::isfinite(options.alpha),
-              "[lora] alpha must be positive, got {}", options.alpha);
-  ANVIL_CHECK(options.dropout >= 0.0f && options.dropout < 1.0f,
-              "[lora] dropout must lie in [0, 1), got {}", options.dropout);
-  ANVIL_CHECK(!options.targets.empty(), "[lora] no target modules given");
-  std::set<std::string> seen;
-  for (const std::string& target : options.targets) {
-    parse_lora_target(target);
-    ANVIL_CHECK(seen.insert(target).second, "[lora] target '{}' listed twice", target);
-  }
 }
 
 std::shared_ptr<const ParameterLayout> make_lora_layout(const LlamaConfig& config,

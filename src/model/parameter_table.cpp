@@ -7,9 +7,14 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/llama_parameters.h"
 #include "model/lora.h"
 
 namespace anvil {
+
+std::string layer_param_name(int layer, const char* suffix) {
+  return "model.layers." + std::to_string(layer) + "." + suffix;
+}
 
 namespace {
 

@@ -1,6 +1,7 @@
-// PEFT adapter directories: adapter_config.json parsing and writing, and the tensor exchange
-// between adapter_model.safetensors and a model's trainable() adapter set. PEFT prefixes every
-// tensor with "base_model.model." (the PeftModel wrapper around LlamaForCausalLM).
+// PEFT adapter directories: adapter_config.json writing (peft_config.cpp reads it) and the
+// tensor exchange between adapter_model.safetensors and a model's trainable() adapter set. PEFT
+// prefixes every tensor with "base_model.model." (the PeftModel wrapper around
+// LlamaForCausalLM).
 #include "model/peft_adapter.h"
 
 #include <algorithm>
@@ -25,22 +26,6 @@ constexpr const char* kConfigName = "adapter_config.json";
 constexpr const char* kWeightsName = "adapter_model.safetensors";
 constexpr const char* kPeftPrefix = "base_model.model.";
 
-// Returns whether a JSON value is absent in effect: null, false, an empty string/array/object.
-bool is_unset(const nlohmann::json& value) {
-  if (value.is_null()) return true;
-  if (value.is_boolean()) return !value.get<bool>();
-  if (value.is_string() || value.is_array() || value.is_object()) return value.empty();
-  return false;
-}
-
-// Throws naming `file` when config key `key` is set: anvil cannot reproduce that feature.
-void reject_if_set(const nlohmann::json& config, const char* key, const char* feature,
-                   const fs::path& file) {
-  if (config.contains(key) && !is_unset(config[key]))
-    ANVIL_FAIL("[peft] {}: {} ({} = {}) is not supported", file.string(), feature, key,
-               config[key].dump());
-}
-
 std::vector<int64_t> dims_of(const Shape& shape) {
   std::vector<int64_t> dims;
   for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
@@ -59,69 +44,6 @@ std::string join(const std::vector<std::string>& names) {
 }
 
 }  // namespace
-
-PeftAdapterInfo read_peft_adapter_config(const fs::path& dir) {
-  const fs::path file = dir / kConfigName;
-  ANVIL_CHECK(fs::exists(file), "[peft] {}: adapter config not found", file.string());
-  const nlohmann::json config = parse_json_strict(read_file(file), "[peft] " + file.string(), 16);
-  ANVIL_CHECK(config.is_object(), "[peft] {}: expected a JSON object", file.string());
-  const std::string peft_type = config.value("peft_type", std::string("LORA"));
-  ANVIL_CHECK(peft_type == "LORA", "[peft] {}: peft_type '{}' is not supported (only LORA)",
-              file.string(), peft_type);
-  reject_if_set(config, "use_dora", "DoRA", file);
-  reject_if_set(config, "use_rslora", "rank-stabilised LoRA", file);
-  reject_if_set(config, "fan_in_fan_out", "fan_in_fan_out (Conv1D-style weights)", file);
-  reject_if_set(config, "modules_to_save", "modules_to_save (fully trained extra modules)", file);
-  reject_if_set(config, "rank_pattern", "per-module ranks", file);
-  reject_if_set(config, "alpha_pattern", "per-module alphas", file);
-  reject_if_set(config, "layers_to_transform", "adapting only some layers", file);
-  reject_if_set(config, "layer_replication", "layer replication", file);
-  reject_if_set(config, "exclude_modules", "excluded modules", file);
-  reject_if_set(config, "target_parameters", "adapters on raw parameters", file);
-  reject_if_set(config, "lora_bias", "a bias on lora_B", file);
-  const std::string bias = config.value("bias", std::string("none"));
-  ANVIL_CHECK(bias == "none", "[peft] {}: bias '{}' is not supported (only \"none\")",
-              file.string(), bias);
-
-  PeftAdapterInfo info;
-  try {
-    // Missing keys take LoraConfig's defaults (r 8, alpha 8, dropout 0, Llama: q/v_proj).
-    info.lora.r = config.value("r", 8);
-    info.lora.alpha = config.value("lora_alpha", 8.0f);
-    info.lora.dropout = config.value("lora_dropout", 0.0f);
-    const nlohmann::json targets = config.value("target_modules", nlohmann::json());
-    if (targets.is_null()) {
-      info.lora.targets = {"q_proj", "v_proj"};
-    } else if (targets.is_string()) {
-      const std::string pattern = targets.get<std::string>();
-      ANVIL_CHECK(pattern == "all-linear",
-                  "[peft] {}: target_modules as a pattern ('{}') is not supported; list the "
-                  "module names",
-                  file.string(), pattern);
-      info.lora.targets.assign(lora_target_names().begin(), lora_target_names().end());
-    } else {
-      info.lora.targets = targets.get<std::vector<std::string>>();
-    }
-    if (config.contains("base_model_name_or_path") && config["base_model_name_or_path"].is_string())
-      info.base_model_name_or_path = config["base_model_name_or_path"].get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    ANVIL_FAIL("[peft] {}: missing or mistyped setting ({})", file.string(), e.what());
-  }
-  // Keep PEFT's set semantics but anvil's canonical order.
-  std::vector<std::string> ordered;
-  for (const std::string& name : lora_target_names()) {
-    if (std::find(info.lora.targets.begin(), info.lora.targets.end(), name) !=
-        info.lora.targets.end())
-      ordered.push_back(name);
-  }
-  try {
-    validate_lora_options(info.lora);
-  } catch (const Error& e) {
-    ANVIL_FAIL("[peft] {}: {}", file.string(), e.what());
-  }
-  info.lora.targets = ordered;
-  return info;
-}
 
 void load_peft_adapter(const fs::path& dir, LlamaModel& model) {
   ANVIL_CHECK(model.lora_enabled(), "[peft] {}: the model was built without LoRA adapters",

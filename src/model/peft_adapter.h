@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "model/llama.h"
 #include "model/lora.h"
@@ -24,6 +25,8 @@ struct PeftAdapterInfo {
 // Reads adapter_config.json (unknown keys ignored; use_dora/use_rslora/fan_in_fan_out/bias!="none"/
 // modules_to_save -> clear error) and returns its settings.
 PeftAdapterInfo read_peft_adapter_config(const std::filesystem::path& dir);
+// Parses the text of an adapter_config.json named `file` in messages (same rules as above).
+PeftAdapterInfo parse_peft_adapter_config(std::string_view text, const std::string& file);
 // Loads adapter_model.safetensors of `dir` into model.trainable() (model built with the same
 // LoraOptions); checks every name/shape; F32/BF16/F16 accepted.
 void load_peft_adapter(const std::filesystem::path& dir, LlamaModel& model);

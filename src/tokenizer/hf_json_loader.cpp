@@ -22,7 +22,7 @@ using nlohmann::json;
 json parse_json(const std::string& path, const std::string& content) {
   try {
     return json::parse(content);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     ANVIL_FAIL("[tokenizer] {}: malformed JSON: {}", path, e.what());
   }
 }
@@ -54,7 +54,7 @@ std::vector<AddedToken> parse_added_tokens(const json& root, const std::string& 
     AddedToken token;
     token.content = json_string(spec, "content", "added token", path);
     ANVIL_CHECK(spec.contains("id") && spec["id"].is_number_integer() &&
-                    spec["id"].get<int64_t>() >= 0,
+                    spec["id"].get<int64_t>() >= 0 && spec["id"].get<int64_t>() < INT32_MAX,
                 "[tokenizer] {}: added token '{}' has no valid id", path, token.content);
     token.id = spec["id"].get<int32_t>();
     token.special = json_bool(spec, "special", false);
@@ -125,9 +125,10 @@ void resolve_bos_eos(BpeTokenizerParts& parts, const std::string& path) {
                         {"<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>"});
 }
 
-}  // namespace
-
-BpeTokenizerParts load_hf_json(const std::string& path, const std::string& content) {
+// Builds the parts; the pipeline readers index the JSON directly, so a component missing a key
+// or holding the wrong type surfaces as a nlohmann::json exception (turned into one error line
+// by load_hf_json).
+BpeTokenizerParts parts_from_json(const std::string& path, const std::string& content) {
   const json root = parse_json(path, content);
   ANVIL_CHECK(root.is_object() && root.contains("model") && root["model"].is_object(),
               "[tokenizer] {}: not a tokenizer.json (no 'model' object)", path);
@@ -156,6 +157,14 @@ BpeTokenizerParts load_hf_json(const std::string& path, const std::string& conte
   }
   for (const AddedToken& token : parts.added_tokens)
     max_id = std::max<int64_t>(max_id, token.id);
+  // Ids index the token tables, so they are bounded by the file before anything is sized:
+  // vocabularies are dense apart from small gaps (sizes padded to a multiple of 64 or 128),
+  // and an id past the entry count plus kMaxIdGap would only allocate for nothing.
+  constexpr int64_t kMaxIdGap = int64_t{1} << 16;
+  const auto entries = static_cast<int64_t>(vocab.size() + parts.added_tokens.size());
+  ANVIL_CHECK(max_id < entries + kMaxIdGap,
+              "[tokenizer] {}: token id {} is out of range for {} vocab and added tokens", path,
+              max_id, entries);
   parts.id_to_token.resize(static_cast<size_t>(max_id + 1));
   parts.id_assigned.assign(parts.id_to_token.size(), 0);
 
@@ -211,6 +220,16 @@ BpeTokenizerParts load_hf_json(const std::string& path, const std::string& conte
   parts.model = std::make_unique<BpeModel>(config, std::move(unit_vocab), merges);
   resolve_bos_eos(parts, path);
   return parts;
+}
+
+}  // namespace
+
+BpeTokenizerParts load_hf_json(const std::string& path, const std::string& content) {
+  try {
+    return parts_from_json(path, content);
+  } catch (const nlohmann::json::exception& e) {
+    ANVIL_FAIL("[tokenizer] {}: malformed tokenizer.json: {}", path, e.what());
+  }
 }
 
 }  // namespace anvil::tok

@@ -5,6 +5,7 @@
 // ranked by the merged token, with ignore_merges. The 256 Llama 3 special tokens follow the
 // ranks (Llama 3.1 names, REFERENCE.md 1.3); encode matches them in text (tiktoken's
 // allowed_special="all") and add_special prepends <|begin_of_text|>.
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -65,6 +66,10 @@ BpeTokenizerParts load_tiktoken(const std::string& path, const std::string& cont
   size_t line_start = 0;
   size_t line_number = 0;
   std::string bytes;
+  // Ranks are 0..n-1 with one per line, so a rank past the line count is an error before it
+  // can size the tables (a one-line file must not allocate for rank 2^31).
+  const size_t line_count =
+      static_cast<size_t>(std::count(content.begin(), content.end(), '\n')) + 1;
   while (line_start < content.size()) {
     size_t line_end = content.find('\n', line_start);
     if (line_end == std::string::npos) line_end = content.size();
@@ -87,6 +92,10 @@ BpeTokenizerParts load_tiktoken(const std::string& path, const std::string& cont
       rank = rank * 10 + (c - '0');
     }
     ANVIL_CHECK(!rank_text.empty(), "[tokenizer] {}: line {} has no rank", path, line_number);
+    ANVIL_CHECK(static_cast<size_t>(rank) < line_count,
+                "[tokenizer] {}: line {} has rank {}, but the file has only {} lines (ranks must "
+                "be 0..n-1)",
+                path, line_number, rank, line_count);
     if (static_cast<size_t>(rank) >= tokens.size()) {
       tokens.resize(static_cast<size_t>(rank) + 1);
       seen.resize(static_cast<size_t>(rank) + 1, 0);

@@ -16,23 +16,13 @@
 #include "parallel/collectives.h"
 #include "parallel/sharded_checkpoint.h"
 #include "train/base_model.h"
+#include "train/train_state.h"
 
 namespace anvil {
 namespace {
 
 constexpr const char* kStateFile = "train_state.json";
 constexpr const char* kConfigFile = "config.toml";
-
-template <typename T>
-T json_field(const nlohmann::json& json, const char* name, const std::string& file) {
-  ANVIL_CHECK(json.is_object() && json.contains(name), "[checkpoint] {}: missing field '{}'", file,
-              name);
-  try {
-    return json.at(name).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    ANVIL_FAIL("[checkpoint] {}: field '{}' has the wrong type", file, name);
-  }
-}
 
 // How one phase of a save went, agreed by every rank.
 struct PhaseOutcome {
@@ -190,34 +180,9 @@ TrainProgress load_checkpoint(const std::filesystem::path& dir, DataParallelEngi
     read_engine_checkpoint(engine, dir);
   }
   const std::string state_path = (dir / kStateFile).string();
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(read_file(dir / kStateFile));
-  } catch (const nlohmann::json::exception& e) {
-    ANVIL_FAIL("[checkpoint] {}: not valid JSON ({})", state_path, e.what());
-  }
-  TrainProgress progress;
-  progress.step = json_field<int64_t>(state, "step", state_path);
-  progress.tokens_seen = json_field<int64_t>(state, "tokens_seen", state_path);
-  progress.train_seconds = json_field<double>(state, "train_seconds", state_path);
-  progress.cursor =
-      DataCursor::from_json(json_field<nlohmann::json>(state, "data_cursor", state_path));
-  // Written since training.skip_nonfinite exists; older checkpoints skipped nothing.
-  if (state.contains("skipped_steps")) {
-    progress.skipped_steps = json_field<int64_t>(state, "skipped_steps", state_path);
-    progress.consecutive_skipped =
-        json_field<int64_t>(state, "consecutive_skipped_steps", state_path);
-  }
-  if (state.contains("loss_scale")) {
-    const auto scaler = json_field<nlohmann::json>(state, "loss_scale", state_path);
-    progress.loss_scale = LossScalerState{json_field<double>(scaler, "scale", state_path),
-                                          json_field<int64_t>(scaler, "clean_steps", state_path)};
-  }
-  if (state.contains("mesh") && state["mesh"].is_object() && state["mesh"].contains("world")) {
-    progress.saved_world =
-        json_field<int>(json_field<nlohmann::json>(state, "mesh", state_path), "world", state_path);
-  }
-  const auto optimizer_step = json_field<int64_t>(state, "optimizer_step", state_path);
+  const TrainStateFile state = parse_train_state(read_file(dir / kStateFile), state_path);
+  const TrainProgress& progress = state.progress;
+  const int64_t optimizer_step = state.optimizer_step;
   const int64_t applied = progress.step - progress.skipped_steps;
   ANVIL_CHECK(optimizer_step == applied && engine.optimizer_steps() == applied,
               "[checkpoint] {}: optimizer step {} (optimizer files: {}) differs from training "

@@ -169,20 +169,28 @@ std::string_view trim(std::string_view text) {
 }
 
 // Parses command-line text into a field; returns false when it does not fit the type.
-bool assign_text(const ConfigFieldRef& ref, std::string_view text) {
+bool assign_text(const ConfigFieldRef& ref, std::string_view name, std::string_view text) {
   struct Assign {
+    std::string_view name;
     std::string_view text;
     bool operator()(int64_t* out) const {
       int64_t value = 0;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-      if (error != std::errc() || end != text.data() + text.size() || text.empty()) return false;
+      if (end != text.data() + text.size() || text.empty()) return false;
+      // A whole number past 64 bits is understood but does not fit: say so, never wrap.
+      ANVIL_CHECK(error != std::errc::result_out_of_range, "[config] --{} is out of range: {}",
+                  name, text);
+      if (error != std::errc()) return false;
       *out = value;
       return true;
     }
     bool operator()(double* out) const {
       double value = 0;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-      if (error != std::errc() || end != text.data() + text.size() || text.empty()) return false;
+      if (end != text.data() + text.size() || text.empty()) return false;
+      ANVIL_CHECK(error != std::errc::result_out_of_range, "[config] --{} is out of range: {}",
+                  name, text);
+      if (error != std::errc()) return false;
       *out = value;
       return true;
     }
@@ -230,7 +238,7 @@ bool assign_text(const ConfigFieldRef& ref, std::string_view text) {
       return assign_toml_node(out, *document.get("value"));
     }
   };
-  return std::visit(Assign{text}, ref);
+  return std::visit(Assign{name, text}, ref);
 }
 
 std::string toml_quote(std::string_view text) {
@@ -354,7 +362,7 @@ void apply_config_override(TrainConfig& config, std::string_view name, std::stri
   const ConfigField* field = find_field(section, key);
   if (!field) fail_unknown_key(section, key, "--");
   const ConfigFieldRef ref = field->ref(config);
-  ANVIL_CHECK(assign_text(ref, value), "[config] --{} must be {}, got '{}'", name,
+  ANVIL_CHECK(assign_text(ref, name, value), "[config] --{} must be {}, got '{}'", name,
               type_description(ref), value);
 }
 

@@ -4,9 +4,8 @@
 // from the same place and the data folder sitting next to its tokenizer.
 #include "train/run_artifacts.h"
 
-#include <nlohmann/json.hpp>
-
 #include "core/error.h"
+#include "data/dataset_meta.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"
 #include "train/checkpointing.h"
@@ -50,14 +49,7 @@ std::string run_tokenizer_path(const TrainConfig& config) {
   ANVIL_CHECK(std::filesystem::exists(meta_path),
               "[run] cannot find the tokenizer: {} is missing; pass --tokenizer FILE",
               meta_path.string());
-  std::string named;
-  try {
-    named =
-        nlohmann::json::parse(read_file(meta_path)).at("tokenizer").at("path").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    ANVIL_FAIL("[run] {}: no tokenizer.path ({}); pass --tokenizer FILE", meta_path.string(),
-               e.what());
-  }
+  const std::string named = meta_tokenizer_path(read_file(meta_path), meta_path.string());
   const std::filesystem::path as_given = named;
   if (as_given.is_absolute() || std::filesystem::exists(as_given)) return named;
   const std::filesystem::path beside = data_dir.parent_path() / as_given.filename();
