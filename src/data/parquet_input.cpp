@@ -23,6 +23,8 @@
 namespace anvil {
 namespace {
 
+#ifdef ANVIL_HAVE_PARQUET
+
 // Arrow's messages may span lines; an error stays one line.
 std::string one_line(std::string text) {
   for (char& c : text)
@@ -30,6 +32,8 @@ std::string one_line(std::string text) {
   while (!text.empty() && text.back() == ' ') text.pop_back();
   return text;
 }
+
+#endif
 
 }  // namespace
 

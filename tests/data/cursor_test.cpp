@@ -73,7 +73,7 @@ TEST(BatchLayout, RejectsOutOfRangeArguments) {
 }
 
 TEST(DataCursor, JsonRoundTripAndValidation) {
-  DataCursor cursor{123456789012, 42, 2048, "train", "00ff00ff00ff00ff"};
+  DataCursor cursor{123456789012, 42, 2048, "train", "00ff00ff00ff00ff", ""};
   const nlohmann::json json = cursor.to_json();
   EXPECT_EQ(DataCursor::from_json(nlohmann::json::parse(json.dump())), cursor);
   nlohmann::json missing = json;
@@ -89,7 +89,7 @@ TEST(DataCursor, JsonRoundTripAndValidation) {
 }
 
 TEST(DataCursor, MixtureIsPartOfTheStreamIdentity) {
-  DataCursor one{96, 7, 16, "train", "00ff00ff00ff00ff"};
+  DataCursor one{96, 7, 16, "train", "00ff00ff00ff00ff", ""};
   EXPECT_FALSE(one.to_json().contains("mixture"));  // one-dataset checkpoints stay as they were
   DataCursor mixed = one;
   mixed.mixture = "data/web 0.8; data/code 0.2";
@@ -132,12 +132,12 @@ TEST(DataCursor, ResumeContinuesWithExactlyTheNextBatch) {
     reference.push_back(read_step(uninterrupted, step * layout.global_batch()));
   // Interrupted after 5 steps: save the cursor, restore it into a fresh loader.
   DataCursor saved{5 * layout.global_batch(), 9, seq_len, "train",
-                   uninterrupted.tokenizer_fingerprint()};
+                   uninterrupted.tokenizer_fingerprint(), ""};
   const std::string checkpoint = saved.to_json().dump();
   DataLoader resumed(dir.path(), "train", seq_len, 9);
   DataCursor cursor = DataCursor::from_json(nlohmann::json::parse(checkpoint));
   cursor.check_resumable_with(
-      DataCursor{0, resumed.seed(), resumed.seq_len(), "train", resumed.tokenizer_fingerprint()});
+      DataCursor{0, resumed.seed(), resumed.seq_len(), "train", resumed.tokenizer_fingerprint(), ""});
   for (int64_t step = 5; step < 12; ++step) {
     EXPECT_EQ(read_step(resumed, cursor.next_sample), reference[step]) << "step " << step;
     cursor.next_sample += layout.global_batch();

@@ -42,7 +42,7 @@ TEST(DatasetMeta, TokenizerPathIsReadOrNamedAsMissing) {
 }
 
 TEST(DataCursor, IntegersThatDoNotFitAreOutOfRange) {
-  nlohmann::json cursor = DataCursor{1, 2, 3, "train", "ff"}.to_json();
+  nlohmann::json cursor = DataCursor{1, 2, 3, "train", "ff", ""}.to_json();
   cursor["seq_len"] = int64_t{1} << 40;
   EXPECT_EQ(error_of([&] { DataCursor::from_json(cursor); }),
             "[data] cursor: field 'seq_len' is out of range: 1099511627776");

@@ -183,7 +183,7 @@ TEST_F(PrepareParts, APartGoesOnlyBesideItsOwnDataset) {
 
 // Returns a Python with pyarrow (the build's .deps/venv first), or "" when there is none.
 std::string python_with_pyarrow() {
-  for (const std::string python :
+  for (const std::string& python :
        {std::string(ANVIL_TEST_DATA) + "/../.deps/venv/bin/python", std::string("python3")}) {
     if (std::system((python + " -c 'import pyarrow.parquet' > /dev/null 2>&1").c_str()) == 0)
       return python;
