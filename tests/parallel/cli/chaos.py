@@ -184,7 +184,7 @@ def make_plan(rng, faults, save_faults):
         plan.append({"signal": sig, "target": target, "rank": rng.randrange(2),
                      "at_save": index in at_save or rng.random() < 0.25,
                      "gap_steps": rng.randrange(4), "jitter": rng.uniform(0, 0.05),
-                     "pause": rng.uniform(0.3, 1.5)})
+                     "pause": rng.uniform(0.1, 0.4)})
     return plan
 
 
@@ -355,7 +355,7 @@ def main():
     parser.add_argument("--faults", type=int, default=8)
     parser.add_argument("--save-faults", type=int, default=3,
                         help="faults that wait for a checkpoint save to start")
-    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--time-limit", type=float, default=200)
     args = parser.parse_args()
     args.anvil = os.path.abspath(args.anvil)
