@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <functional>
 
-#include "comm/reduce_kernels.h"
 #include "model/llama_parameters.h"
 #include "model/lora.h"
 #include "model/tensor_parallel.h"
@@ -130,15 +129,14 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   if (data_world > 1) {
     // An ordered sum adds the contributions as they arrive (comm/mpi/mpi_handles.h): two
     // receive buffers of the rank's slice, and for an all-reduce a copy of its own chunk
-    // (ranks > 0).
+    // (ranks > 0). Planned for the rank that holds the most (a run reports the peak over
+    // ranks): one above 0 with the largest chunk.
     const int64_t receive_buffers = std::min(data_world - 1, 2);
     if (zero_stage <= 1) {
-      const int64_t buffers = receive_buffers + (data_rank > 0 ? 1 : 0);
       for (int g = 0; g < plan.group_count(); ++g) {
         const int64_t numel = plan.group(g).numel;
-        const int64_t chunk = chunk_begin(numel, data_world, data_rank + 1) -
-                              chunk_begin(numel, data_world, data_rank);
-        report.collective_staging += buffers * chunk * f32;
+        const int64_t chunk = (numel + data_world - 1) / data_world;
+        report.collective_staging += (receive_buffers + 1) * chunk * f32;
       }
     } else {
       // As many reduce-scatters as the gradient slots let start before the oldest finishes:
