@@ -174,8 +174,10 @@ class ChainedSum {
     post_receives();
   }
 
-  // Adds every contribution that has arrived, in rank order; returns whether all are in.
+  // Adds every contribution that has arrived, in rank order; returns whether all are in
+  // (and the sum written).
   bool advance() {
+    if (done_) return true;
     while (sum_.added() < ranks_) {
       const int rank = sum_.added();
       if (rank == self_) {
@@ -191,6 +193,7 @@ class ChainedSum {
       post_receives();
     }
     sum_.finish();
+    done_ = true;
     return true;
   }
 
@@ -224,6 +227,7 @@ class ChainedSum {
   std::vector<Posted> posted_;  // receives in flight, oldest (lowest rank) first
   int next_to_post_ = 0;
   int receives_ = 0;  // receives posted so far; the k-th uses buffer k % kReceiveBuffers
+  bool done_ = false;
 };
 
 class OrderedAllReduce final : public RoundsHandle {
