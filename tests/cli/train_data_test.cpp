@@ -120,7 +120,12 @@ TEST_F(TrainDataTest, ModelVocabularySmallerThanTheDataIsAnError) {
 }
 
 TEST(TrainErrorsTest, UnknownKeyNamesTheNearestValidKey) {
-  const auto result = run_anvil("train --training.lr=0.1");
+  // Each error test names its own run directory: two default names made in the same second
+  // by tests running at once would share a lock.
+  const auto root = scratch_dir("unknown-key");
+  const auto result = run_anvil("train --run-dir " + (root / "run").string() +
+                                " --training.lr=0.1");
+  std::filesystem::remove_all(root);
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("unknown key 'training.lr' (did you mean 'optimizer.lr'?)"),
             std::string::npos)
@@ -138,7 +143,10 @@ TEST(TrainErrorsTest, MissingDataFolderPrintsThePrepareCommand) {
 }
 
 TEST(TrainErrorsTest, SeqLenBeyondContextIsAnError) {
-  const auto result = run_anvil("train " + tiny_synthetic_args() + " --training.seq_len=64");
+  const auto root = scratch_dir("seq-len");
+  const auto result = run_anvil("train --run-dir " + (root / "run").string() + " " +
+                                tiny_synthetic_args() + " --training.seq_len=64");
+  std::filesystem::remove_all(root);
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("training.seq_len (64) exceeds model.max_seq_len (32)"),
             std::string::npos)
@@ -146,7 +154,10 @@ TEST(TrainErrorsTest, SeqLenBeyondContextIsAnError) {
 }
 
 TEST(TrainErrorsTest, WrongValueTypeIsAnError) {
-  const auto result = run_anvil("train --training.steps=many");
+  const auto root = scratch_dir("value-type");
+  const auto result = run_anvil("train --run-dir " + (root / "run").string() +
+                                " --training.steps=many");
+  std::filesystem::remove_all(root);
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("--training.steps must be an integer, got 'many'"),
             std::string::npos)

@@ -32,9 +32,11 @@ import sys
 import threading
 import time
 
+# 128 x 8 tokens per micro-batch: enough work per step (about 60 steps/s here) that the
+# driver's sub-second reaction times do not let hundreds of steps pass between faults.
 TINY = ("--threads 1 --data.synthetic=true --model.dim=32 --model.n_layers=2 --model.n_heads=4 "
-        "--model.n_kv_heads=2 --model.ffn_dim=88 --model.vocab_size=64 --model.max_seq_len=16 "
-        "--training.seq_len=16 --training.batch_size=2 --optimizer.schedule=constant "
+        "--model.n_kv_heads=2 --model.ffn_dim=88 --model.vocab_size=64 --model.max_seq_len=128 "
+        "--training.seq_len=128 --training.batch_size=8 --optimizer.schedule=constant "
         "--optimizer.warmup_steps=0 --optimizer.grad_clip=0.5 --logging.every=1 "
         "--training.grad_accum=2 --parallel.zero_stage=1 --training.eval_steps=2 "
         "--training.eval_every=5 --checkpoint.every=2 --parallel.collective_timeout_s=5").split()
