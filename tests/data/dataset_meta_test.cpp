@@ -10,18 +10,12 @@
 #include "core/error.h"
 #include "data/cursor.h"
 #include "data/dataset_meta.h"
+#include "error_message.h"
 
 namespace anvil {
 namespace {
 
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(DatasetMeta, TokenizerPathIsReadOrNamedAsMissing) {
   EXPECT_EQ(meta_tokenizer_path(R"({"tokenizer": {"path": "t/tokenizer.json"}})", "d/meta.json"),

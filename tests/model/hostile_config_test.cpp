@@ -8,18 +8,12 @@
 #include "core/error.h"
 #include "model/hf_config.h"
 #include "model/peft_adapter.h"
+#include "error_message.h"
 
 namespace anvil {
 namespace {
 
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::string peft_error(const std::string& text) {
   return error_of([&] { parse_peft_adapter_config(text, "a/adapter_config.json"); });

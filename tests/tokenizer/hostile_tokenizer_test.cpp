@@ -9,18 +9,12 @@
 
 #include "core/error.h"
 #include "tokenizer/loaders.h"
+#include "error_message.h"
 
 namespace anvil {
 namespace {
 
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(HostileTokenizer, TiktokenRankPastTheLineCountIsAnError) {
   EXPECT_EQ(error_of([] { tok::load_tiktoken("t.model", "IQ== 0\nIg== 2000000000\n"); }),

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "train/config.h"
 #include "train/train_state.h"
+#include "error_message.h"
 
 namespace anvil {
 namespace {
@@ -19,14 +20,7 @@ constexpr const char* kState = R"({"step": 20, "optimizer_step": 18, "tokens_see
   "data_cursor": {"next_sample": 160, "seed": 7, "seq_len": 128, "split": "train",
                   "tokenizer_fingerprint": "00ff"}})";
 
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::string with(std::string text, const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
