@@ -5,6 +5,10 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -79,11 +83,11 @@ ParquetTextReader::ParquetTextReader(const std::string& path, const std::string&
   const parquet::SchemaDescriptor* schema = impl_->metadata->schema();
   impl_->column = schema->ColumnIndex(text_field);
   if (impl_->column < 0) {
-    std::string names;
+    std::vector<std::string> names;
     for (int c = 0; c < schema->num_columns(); ++c)
-      names += (c > 0 ? ", " : "") + schema->Column(c)->path()->ToDotString();
+      names.push_back(schema->Column(c)->path()->ToDotString());
     ANVIL_FAIL("[prepare] {}: no column '{}' (columns: {}; choose one with --text-field)", path,
-               text_field, names);
+               text_field, fmt::join(names, ", "));
   }
   const parquet::ColumnDescriptor* descriptor = schema->Column(impl_->column);
   const auto logical = descriptor->logical_type();
