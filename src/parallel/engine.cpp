@@ -102,6 +102,14 @@ DataParallelEngine::~DataParallelEngine() {
 void DataParallelEngine::allocate_state(int micro_batches) {
   Backend& backend = model_->backend();
   const bool running_sum_here = mesh_->data_rank() == 0 && micro_batches > 1;
+  const bool shards_offloaded = stage_ == 3 && mesh_->offload();
+  const DType dtype = model_->parameters().dtype();
+  if (stage_ == 3) {
+    gather_dtype_ = model_->binds_compute_weights() ? model_->options().compute_dtype : DType::f32;
+    slot_plan_ = plan_weight_slots(model_->shard_config(), model_->trainable().layout(), plan_,
+                                   lora_ ? &frozen_plan_ : nullptr, dtype, gather_dtype_,
+                                   mesh_->prefetch());
+  }
   storage_.resize(static_cast<size_t>(plan_.group_count()));
   for (int g = 0; g < plan_.group_count(); ++g) {
     const GroupShard& s = plan_.group(g);
@@ -111,14 +119,28 @@ void DataParallelEngine::allocate_state(int micro_batches) {
       st.replica = zeroed_buffer(backend, s.padded, MemoryCategory::trainable_weights);
       model_->bind_trainable_weights(g, whole(st.replica));
     }
-    if (stage_ == 3)
+    if (stage_ == 3 && shards_offloaded) {
+      const size_t bytes =
+          offloaded_shard_bytes(slot_plan_.groups[static_cast<size_t>(g)], s, gather_dtype_);
+      st.weight_shard = Buffer(backend, bytes, MemoryCategory::trainable_weights);
+      backend.fill_zero(st.weight_shard.as(DType::u16, Shape{static_cast<int64_t>(bytes / 2)}));
+    } else if (stage_ == 3) {
       st.weight_shard = zeroed_buffer(backend, s.shard, MemoryCategory::trainable_weights);
-    if (stage_ >= 2) st.grad_shard = zeroed_buffer(backend, s.shard, MemoryCategory::gradients);
+    }
+    if (stage_ >= 2 && !shards_offloaded)
+      st.grad_shard = zeroed_buffer(backend, s.shard, MemoryCategory::gradients);
     if (stage_ <= 1 && running_sum_here)
       st.grad_sum = zeroed_buffer(backend, s.numel, MemoryCategory::gradients);
   }
+  if (shards_offloaded) {
+    device_shard_stale_.assign(static_cast<size_t>(plan_.group_count()), false);
+    const GradientSlotPlan staging = plan_shard_staging(model_->config(), plan_);
+    for (int k = 0; k < 2; ++k)
+      shard_staging_[k] = SlotPool(backend, staging.count[k], staging.elements[k]);
+    if (micro_batches > 1)
+      running_sum_source_ = SlotPool(backend, 1, plan_.max_padded() / mesh_->data_world());
+  }
   if (stage_ == 3) {
-    const DType dtype = model_->parameters().dtype();
     if (lora_) {
       frozen_shards_.resize(static_cast<size_t>(frozen_plan_.group_count()));
       for (int g = 0; g < frozen_plan_.group_count(); ++g) {
@@ -128,10 +150,6 @@ void DataParallelEngine::allocate_state(int micro_batches) {
         if (shard > 0) backend.fill_zero(frozen_shard(g));
       }
     }
-    gather_dtype_ = model_->binds_compute_weights() ? model_->options().compute_dtype : DType::f32;
-    slot_plan_ = plan_weight_slots(model_->shard_config(), model_->trainable().layout(), plan_,
-                                   lora_ ? &frozen_plan_ : nullptr, dtype, gather_dtype_,
-                                   mesh_->prefetch());
     for (int k = 0; k < 2; ++k)
       weight_pools_[k] = SlotPool(backend, slot_plan_.count[k], slot_plan_.bytes[k]);
   }
@@ -172,6 +190,16 @@ Tensor DataParallelEngine::optimizer_gradients(int group) const {
     return whole(storage_[static_cast<size_t>(group)].grad_shard).flat(0, s.shard_length);
   }
   return model_->trainable_gradients().group(group).flat(s.shard_begin, s.shard_length);
+}
+
+Tensor DataParallelEngine::host_master(int group) const {
+  const int index = storage_[static_cast<size_t>(group)].optimizer_index;
+  return index < 0 ? Tensor() : host_optimizer_->master(index);
+}
+
+Tensor DataParallelEngine::host_gradient(int group) const {
+  const int index = storage_[static_cast<size_t>(group)].optimizer_index;
+  return index < 0 ? Tensor() : host_optimizer_->gradient(index);
 }
 
 Tensor DataParallelEngine::reduced_gradient_slice(int group) const {

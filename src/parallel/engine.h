@@ -34,8 +34,12 @@
 // process included). The loss is summed in the same order and the gradient norm is exact
 // (ExactSquareSum). Hence N processes reproduce one process with the same global batch.
 // Offload (mesh.offload(), engine_offload.cpp): the AdamW moments and f32 masters of this
-// rank's shard live in host memory and are stepped there (HostAdamW); the device keeps the
-// weights it computes with. Results are bitwise those without offload.
+// rank's shard live in host memory and are stepped there (HostAdamW). Stages 0-2: the device
+// keeps the weights it computes with and its gradients. Stage 3 (DeepSpeed's offload_optimizer
+// with ZeRO-3): the device keeps only what the gathers read, its shard in the gather dtype (a
+// bf16 model: bf16 plus its packed f32 norm parts), and each reduced gradient shard leaves
+// the device as its reduction finishes, through a transient staging slot. Results are bitwise
+// those without offload.
 #pragma once
 
 #include <array>
@@ -102,6 +106,11 @@ struct PlannedMemory {
   // plus the head's (and with tied embeddings the table's) at their own sizes (measured on the
   // tiny preset: up to exactly that, depending on timing). None with one data rank.
   int64_t collective_staging = 0;
+  // Offload (parallel.offload): what the host optimizer holds in host memory, by category:
+  // AdamW moments, f32 masters and gradient copies of the shard (and, stage 3 with a bf16
+  // model, the buffer a master shard is cast in before it goes up). The categories above are
+  // the device's alone.
+  MemoryByCategory host{};
   int64_t total() const {
     return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;
   }
@@ -153,6 +162,9 @@ class DataParallelEngine final : private GroupHooks {
   void set_optimizer_steps(int64_t steps);
   // True when the AdamW state and f32 masters live in host memory (parallel.offload).
   bool offloaded() const { return host_optimizer_ != nullptr; }
+  // True when, in addition, the gradient shards live in host memory and the device holds its
+  // weight shard only in the gather dtype (stage 3 with offload).
+  bool shards_offloaded() const { return offloaded() && stage_ == 3; }
 
   // Weights in the whole model's coordinates: groups and element offsets of
   // model.full_trainable_layout() (the same as trainable().layout() without tensor
@@ -260,6 +272,15 @@ class DataParallelEngine final : private GroupHooks {
     std::array<int, 2> count{};
   };
   static GradientSlotPlan plan_gradient_slots(const LlamaConfig& config, const ShardPlan& plan);
+  // Stage 3 with offload: the staging slots a reduced gradient shard waits in for its copy to
+  // the host, as many per kind as the gradient slots (each sized for the kind's largest shard).
+  static GradientSlotPlan plan_shard_staging(const LlamaConfig& config, const ShardPlan& plan);
+  // Stage 3 with offload: the bytes of a group's device shard, what its gathers read: the
+  // shard in the compute dtype followed by its packed f32 parts (layout.compute), else in f32.
+  static size_t offloaded_shard_bytes(const SlotLayout& layout, const GroupShard& shard,
+                                      DType gather_dtype);
+  // The byte offset of the packed f32 parts in such a shard.
+  static size_t offloaded_packed_offset(const GroupShard& shard, DType gather_dtype);
   // One piece of a packed f32 gather: `length` elements at `group_offset` in the group, at
   // `unpacked_offset` in the unpacked parts.
   struct PackedPiece {
@@ -281,8 +302,10 @@ class DataParallelEngine final : private GroupHooks {
 
   struct GroupStorage {
     Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model
-    Buffer weight_shard;  // stage 3: this rank's fsdp shard of the weights
-    Buffer grad_shard;    // stages 2-3: this rank's fsdp shard of the reduced gradient
+    Buffer weight_shard;  // stage 3: this rank's fsdp shard of the weights (f32; offloaded:
+                          // offloaded_shard_bytes, refreshed from the host master)
+    Buffer grad_shard;    // stages 2-3: this rank's fsdp shard of the reduced gradient (not
+                          // on the device when shards_offloaded())
     Buffer grad_sum;      // stages 0-1, world rank 0, several micro-batches: running sum
     int optimizer_index = -1;  // this group's index in the AdamW groups; -1 when empty
   };
@@ -291,6 +314,7 @@ class DataParallelEngine final : private GroupHooks {
   struct PendingReduction {
     int group = -1;
     int slot = -1;
+    int staging = -1;  // shards_offloaded(): the staging slot the shard is reduced into
     std::unique_ptr<CommHandle> scatter;
     std::unique_ptr<CommHandle> assemble;
   };
@@ -327,6 +351,9 @@ class DataParallelEngine final : private GroupHooks {
   void set_local_weights(int group, int64_t begin, int64_t count, const float* values);
   void gather_local_weights(int group, float* host);
   void gather_local_gradients(int group, float* host);
+  // shards_offloaded(): gathers group g's whole f32 group from every fsdp rank's host `shard`
+  // (its master or gradient, elements [0, shard_length)) into `host`.
+  void gather_host_shards(int group, const Tensor& shard, float* host);
   // Fills host with whole group g (full layout) from every tp rank's `gather_local` result
   // (its own layout's group); collective over tp, plain gather_local without tp.
   void gather_whole_group(int group, float* host, const std::function<void(float*)>& gather_local);
@@ -371,6 +398,15 @@ class DataParallelEngine final : private GroupHooks {
   // Advances reductions without blocking; with `wait_for_one`, first waits for the oldest
   // reduce-scatter (which frees its slot).
   void poll_reductions(bool wait_for_one);
+  // Returns group g's reduced shard on the device: its grad_shard, or (shards_offloaded())
+  // the staging slot of its pending reduction.
+  Tensor reduced_shard(const PendingReduction& p) const;
+  // Called when a reduction has fully arrived: with shards_offloaded(), copies the shard to
+  // the host optimizer's gradient and frees its staging slot.
+  void finish_reduction(const PendingReduction& p);
+  // shards_offloaded(): returns a free staging slot for group g, finishing the oldest
+  // reductions until one is free.
+  int take_shard_staging(int group);
   bool scatter_pending() const;
   void finish_micro_step(bool last);
   double global_grad_norm();
@@ -381,6 +417,17 @@ class DataParallelEngine final : private GroupHooks {
   void build_host_optimizer();
   void copy_gradients_to_host();
   void offloaded_step(double lr, double grad_scale);
+  // shards_offloaded(): writes group g's device shard from its host master (cast to the
+  // gather dtype, with the packed f32 parts); upload_stale_shard does it when the master was
+  // written since the last upload.
+  void upload_shard(int group);
+  void upload_stale_shard(int group);
+  // Returns the f32 master (offloaded: on the host) or gradient of group g's shard, elements
+  // [0, shard_length), for the host optimizer's group index; null tensors when g has none.
+  Tensor host_master(int group) const;
+  Tensor host_gradient(int group) const;
+  // Returns `elements` of `dtype` at `byte_offset` in group g's device weight shard.
+  Tensor device_shard(int group, DType dtype, size_t byte_offset, int64_t elements) const;
   // Starts the fsdp all-gather that spreads group g's updated shard over its replica
   // (stages 1-2 with fsdp > 1); null otherwise.
   std::unique_ptr<CommHandle> start_publish(int group);
@@ -404,6 +451,10 @@ class DataParallelEngine final : private GroupHooks {
   std::unique_ptr<AdamW> optimizer_;          // without offload
   std::unique_ptr<HostAdamW> host_optimizer_;  // with offload (groups: optimizer_index)
   bool host_masters_stale_ = true;  // the device's weights were written since the last copy
+  std::vector<bool> device_shard_stale_;  // shards_offloaded(): the host master is newer
+  Buffer host_cast_staging_;  // shards_offloaded(): a master shard cast on the host
+  std::array<SlotPool, 2> shard_staging_;  // shards_offloaded(), by slot_kind
+  SlotPool running_sum_source_;  // shards_offloaded(), grad_accum > 1: this rank's slice
   std::array<SlotPool, 2> weight_pools_;  // stage 3, by slot_kind
   std::array<SlotPool, 2> gradient_pools_;  // stages 2-3, by slot_kind
   SlotPool running_sum_slot_;

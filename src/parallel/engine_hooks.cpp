@@ -104,9 +104,21 @@ void DataParallelEngine::start_weight_gather(int group, int slot, bool with_froz
   SlotPool& pool = weight_pool(group);
   Communicator& fsdp = mesh_->fsdp();
   if (s.numel > 0) {
-    const Tensor shard =
-        storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard});
-    if (layout.compute) {
+    if (shards_offloaded()) upload_stale_shard(group);
+    const Tensor shard = device_shard(group, DType::f32, 0, s.shard);
+    if (layout.compute && shards_offloaded()) {
+      // The device shard is already in the compute dtype, its f32 parts packed behind it.
+      gathers.push_back(fsdp.all_gather_async(
+          device_shard(group, gather_dtype_, 0, s.shard),
+          pool.view(slot, gather_dtype_, layout.compute_offset, s.padded)));
+      if (layout.packed > 0) {
+        gathers.push_back(fsdp.all_gather_async(
+            device_shard(group, DType::f32, offloaded_packed_offset(s, gather_dtype_),
+                         layout.packed),
+            pool.view(slot, DType::f32, layout.packed_offset,
+                      int64_t{fsdp.size()} * layout.packed)));
+      }
+    } else if (layout.compute) {
       // Each rank casts its shard into its place in the slot (element-wise, so the gathered
       // values are the cast of the gathered masters) and packs its f32 parts beside it.
       const Tensor all = pool.view(slot, gather_dtype_, layout.compute_offset, s.padded);
@@ -245,9 +257,20 @@ void DataParallelEngine::start_running_sum_gather(int group) {
   // World rank 0 adds the running sum (the serial sum of every earlier micro-batch) to its
   // own term, so it needs the whole group: each rank sends its reduced slice.
   const GroupShard& s = plan_.group(group);
-  const Tensor my_slice = storage_[static_cast<size_t>(group)]
-                              .grad_shard.as(DType::f32, Shape{s.shard})
-                              .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice);
+  const int64_t begin = static_cast<int64_t>(mesh_->dp_index()) * s.slice;
+  Tensor my_slice;
+  if (shards_offloaded()) {
+    // The running sum is on the host: this rank's slice of it goes back up for the gather.
+    my_slice = running_sum_source_.tensor(0, s.slice);
+    model_->backend().fill_zero(my_slice);
+    const int64_t real = std::clamp<int64_t>(s.shard_length - begin, 0, s.slice);
+    if (real > 0)
+      model_->backend().copy_from_host(my_slice.flat(0, real), host_gradient(group).f32() + begin);
+  } else {
+    my_slice = storage_[static_cast<size_t>(group)]
+                   .grad_shard.as(DType::f32, Shape{s.shard})
+                   .flat(begin, s.slice);
+  }
   running_sum_gather_ =
       mesh_->data().all_gather_async(my_slice, running_sum_slot_.tensor(0, s.padded));
 }
@@ -255,7 +278,7 @@ void DataParallelEngine::start_running_sum_gather(int group) {
 void DataParallelEngine::reduce_gradient(int group) {
   Backend& backend = model_->backend();
   Communicator& data = mesh_->data();
-  GroupStorage& st = storage_[static_cast<size_t>(group)];
+  const GroupStorage& st = storage_[static_cast<size_t>(group)];
   if (plan_.group(group).numel == 0) return;  // nothing trains here (LoRA's outer groups)
   if (stage_ <= 1) {
     const Tensor grad = model_->trainable_gradients().group(group);
@@ -279,10 +302,9 @@ void DataParallelEngine::reduce_gradient(int group) {
   PendingReduction pending;
   pending.group = group;
   pending.slot = slot;
+  if (shards_offloaded()) pending.staging = take_shard_staging(group);
   pending.scatter = data.reduce_scatter_async(
-      full,
-      st.grad_shard.as(DType::f32, Shape{s.shard})
-          .flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice),
+      full, reduced_shard(pending).flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice),
       ReduceOp::ordered_sum);
   reductions_.push_back(std::move(pending));
   gradient_slot_of_[static_cast<size_t>(group)] = -1;
@@ -312,17 +334,53 @@ void DataParallelEngine::poll_reductions(bool wait_for_one) {
       gradient_pool(p.group).set_in_use(p.slot, false);
       if (mesh_->dp().size() > 1) {
         const GroupShard& s = plan_.group(p.group);
-        const Tensor shard =
-            storage_[static_cast<size_t>(p.group)].grad_shard.as(DType::f32, Shape{s.shard});
+        const Tensor shard = reduced_shard(p);
         p.assemble = mesh_->dp().all_gather_async(
             shard.flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice), shard);
+      } else {
+        finish_reduction(p);
       }
     }
-    if (p.assemble && p.assemble->test()) p.assemble.reset();
+    if (p.assemble && p.assemble->test()) {
+      p.assemble.reset();
+      finish_reduction(p);
+    }
   }
   while (!reductions_.empty() && !reductions_.front().scatter && !reductions_.front().assemble) {
     reductions_.pop_front();
   }
+}
+
+Tensor DataParallelEngine::reduced_shard(const PendingReduction& p) const {
+  const int64_t shard = plan_.group(p.group).shard;
+  if (p.staging >= 0) {
+    return shard_staging_[static_cast<size_t>(slot_kind(model_->config(), p.group))].tensor(
+        p.staging, shard);
+  }
+  return storage_[static_cast<size_t>(p.group)].grad_shard.as(DType::f32, Shape{shard});
+}
+
+void DataParallelEngine::finish_reduction(const PendingReduction& p) {
+  if (p.staging < 0) return;
+  const int64_t length = plan_.group(p.group).shard_length;
+  if (length > 0)
+    model_->backend().copy_to_host(host_gradient(p.group).f32(), reduced_shard(p).flat(0, length));
+  shard_staging_[static_cast<size_t>(slot_kind(model_->config(), p.group))].set_in_use(p.staging,
+                                                                                        false);
+}
+
+int DataParallelEngine::take_shard_staging(int group) {
+  SlotPool& pool = shard_staging_[static_cast<size_t>(slot_kind(model_->config(), group))];
+  int slot = pool.take_without_waiting(group);
+  while (slot < 0) {
+    // Every staging slot of this kind holds a shard still on its way: finish the oldest
+    // reductions (testing, not blocking, on the assemblies so every handle keeps moving).
+    ANVIL_CHECK(!reductions_.empty(), "[parallel] every gradient staging slot is in use");
+    poll_reductions(scatter_pending());
+    slot = pool.take_without_waiting(group);
+  }
+  pool.set_in_use(slot, true);
+  return slot;
 }
 
 void DataParallelEngine::finish_micro_step(bool last) {
@@ -330,7 +388,11 @@ void DataParallelEngine::finish_micro_step(bool last) {
   all_reduces_.clear();
   while (scatter_pending()) poll_reductions(true);
   for (PendingReduction& p : reductions_) {
-    if (p.assemble) p.assemble->wait();
+    if (p.assemble) {
+      p.assemble->wait();
+      p.assemble.reset();
+      finish_reduction(p);
+    }
   }
   reductions_.clear();
   if (stage_ >= 2 || last) return;

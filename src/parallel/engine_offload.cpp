@@ -12,6 +12,16 @@
 // So the host AdamW of group g overlaps the device copy and all-gather of the groups before
 // it. The update is the same kernel on the same f32 values as without offload, so the
 // weights, moments and losses are bit for bit those of a run without it.
+// Stage 3 goes further (shards_offloaded(), DeepSpeed's offload_optimizer): the host master is
+// the only f32 copy of the weights. The device shard holds what the gathers read (the shard
+// cast to the compute dtype plus its packed f32 norm parts, or the f32 shard where the group
+// travels in f32), rewritten from the master after each update (cast on the host: the cast is
+// element-wise, so the gathered values are those a device-side cast would give). Gradients
+// never rest on the device: each group's reduce-scatter lands in a staging slot and is copied
+// into the host optimizer's gradient as soon as it has arrived (step 1 above has nothing left
+// to copy).
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/trace.h"
 #include "parallel/engine.h"
@@ -30,13 +40,71 @@ void DataParallelEngine::build_host_optimizer() {
     groups.push_back(std::move(spec));
   }
   host_optimizer_ = std::make_unique<HostAdamW>(groups, options_.hyper);
-  host_masters_stale_ = true;
+  host_masters_stale_ = !shards_offloaded();
+  if (shards_offloaded() && gather_dtype_ != DType::f32) {
+    int64_t longest = 0;
+    for (int g = 0; g < plan_.group_count(); ++g)
+      longest = std::max(longest, plan_.group(g).shard_length);
+    host_cast_staging_ = Buffer(host_optimizer_->backend(),
+                                static_cast<size_t>(longest) * dtype_size(gather_dtype_),
+                                MemoryCategory::workspace);
+  }
+}
+
+size_t DataParallelEngine::offloaded_packed_offset(const GroupShard& shard, DType gather_dtype) {
+  return static_cast<size_t>(shard.shard) * dtype_size(gather_dtype);  // 64-byte multiple
+}
+
+size_t DataParallelEngine::offloaded_shard_bytes(const SlotLayout& layout,
+                                                 const GroupShard& shard, DType gather_dtype) {
+  if (!layout.compute) return static_cast<size_t>(shard.shard) * sizeof(float);
+  return offloaded_packed_offset(shard, gather_dtype) +
+         static_cast<size_t>(layout.packed) * sizeof(float);
+}
+
+Tensor DataParallelEngine::device_shard(int group, DType dtype, size_t byte_offset,
+                                        int64_t elements) const {
+  const Buffer& buffer = storage_[static_cast<size_t>(group)].weight_shard;
+  return Tensor(static_cast<char*>(buffer.data()) + byte_offset, dtype, Shape{elements},
+                buffer.device());
+}
+
+void DataParallelEngine::upload_stale_shard(int group) {
+  if (device_shard_stale_[static_cast<size_t>(group)]) upload_shard(group);
+}
+
+void DataParallelEngine::upload_shard(int group) {
+  device_shard_stale_[static_cast<size_t>(group)] = false;
+  const GroupShard& s = plan_.group(group);
+  if (s.shard_length == 0) return;  // all padding: zeros since allocation
+  Backend& device = model_->backend();
+  const float* master = host_master(group).f32();
+  const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
+  if (!layout.compute) {
+    device.copy_from_host(device_shard(group, DType::f32, 0, s.shard_length), master);
+    return;
+  }
+  const Tensor cast = host_cast_staging_.as(gather_dtype_, Shape{s.shard_length});
+  host_optimizer_->backend().cast(host_master(group), cast);
+  device.copy_from_host(device_shard(group, gather_dtype_, 0, s.shard_length), cast.data);
+  // This rank's norm parts, packed as start_weight_gather gathers them.
+  const int f = static_cast<int>(s.shard_begin / s.shard);
+  const size_t packed = offloaded_packed_offset(s, gather_dtype_);
+  int64_t at = 0;
+  for (const PackedPiece& piece : packed_pieces(layout.parts, s.shard, f)) {
+    device.copy_from_host(
+        device_shard(group, DType::f32, packed + static_cast<size_t>(at) * sizeof(float),
+                     piece.length),
+        master + (piece.group_offset - s.shard_begin));
+    at += piece.length;
+  }
 }
 
 void DataParallelEngine::copy_gradients_to_host() {
   TraceSpan span("offload gradients", kTraceCompute);
   Backend& device = model_->backend();
   host_optimizer_->wait_all();  // the host buffers are free (the last step has finished)
+  if (shards_offloaded()) return;  // the gradients arrived as their reductions finished
   for (int g = 0; g < plan_.group_count(); ++g) {
     const int index = storage_[static_cast<size_t>(g)].optimizer_index;
     if (index < 0) continue;
@@ -62,7 +130,11 @@ void DataParallelEngine::offloaded_step(double lr, double grad_scale) {
     const int index = storage_[static_cast<size_t>(g)].optimizer_index;
     if (index >= 0) {
       host_optimizer_->wait(index);
-      device.copy_from_host(optimizer_weights(g), host_optimizer_->master(index).f32());
+      if (shards_offloaded()) {
+        upload_shard(g);
+      } else {
+        device.copy_from_host(optimizer_weights(g), host_optimizer_->master(index).f32());
+      }
     }
     // Every rank starts every group's gather in the same order (an empty shard included).
     gathers.push_back(start_publish(g));

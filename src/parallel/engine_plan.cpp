@@ -63,17 +63,25 @@ PlannedLayouts planned_layouts(const LlamaConfig& config, const ModelOptions& op
   return out;
 }
 
+// The dtype stage 3 gathers the layer groups in: the compute dtype, unless the model computes
+// in f32 or trains LoRA adapters.
+DType planned_gather_dtype(const ModelOptions& options) {
+  return options.lora.enabled() ? DType::f32 : options.compute_dtype;
+}
+
 // The stage-3 weight slots the engine would plan for `layouts` (DataParallelEngine's
-// allocate_state): the layer groups travel in the compute dtype unless the model computes in
-// f32 or trains LoRA adapters.
+// allocate_state).
 DataParallelEngine::WeightSlotPlan planned_weight_slots(const PlannedLayouts& layouts,
                                                         const ModelOptions& options,
                                                         int prefetch) {
   const bool lora = options.lora.enabled();
-  const DType gather_dtype = lora ? DType::f32 : options.compute_dtype;
   return DataParallelEngine::plan_weight_slots(
       layouts.shard, *layouts.trainable, layouts.plan, lora ? &layouts.frozen_plan : nullptr,
-      LlamaModel::frozen_base_dtype(options), gather_dtype, prefetch);
+      LlamaModel::frozen_base_dtype(options), planned_gather_dtype(options), prefetch);
+}
+
+int64_t& category(MemoryByCategory& bytes, MemoryCategory c) {
+  return bytes[static_cast<size_t>(c)];
 }
 
 }  // namespace
@@ -100,15 +108,44 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   const bool lora = options.lora.enabled();
   const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
   const bool running_sum_here = data_rank == 0 && micro_batches > 1;
+  const bool shards_offloaded = parallel.offload && zero_stage == 3;
+  const DType gather_dtype = planned_gather_dtype(options);
+  const WeightSlotPlan slots = zero_stage == 3
+                                   ? planned_weight_slots(layouts, options, parallel.prefetch)
+                                   : WeightSlotPlan{};
   const int64_t f32 = sizeof(float);
+  int64_t longest_shard = 0;
   for (int g = 0; g < plan.group_count(); ++g) {
     const GroupShard& s = plan.group(g);
     if (s.numel == 0) continue;
     if (zero_stage == 1 || zero_stage == 2) report.weights += s.padded * f32;
-    if (zero_stage == 3) report.weights += s.shard * f32;
-    if (zero_stage >= 2) report.gradients += s.shard * f32;
+    if (zero_stage == 3) {
+      report.weights += shards_offloaded ? static_cast<int64_t>(offloaded_shard_bytes(
+                                               slots.groups[static_cast<size_t>(g)], s,
+                                               gather_dtype))
+                                         : s.shard * f32;
+    }
+    if (zero_stage >= 2 && !shards_offloaded) report.gradients += s.shard * f32;
     if (zero_stage <= 1 && running_sum_here) report.gradients += s.numel * f32;
-    if (s.shard_length > 0) report.optimizer += 2 * s.shard_length * f32;  // AdamW m and v
+    if (s.shard_length == 0) continue;
+    longest_shard = std::max(longest_shard, s.shard_length);
+    if (!parallel.offload) {
+      report.optimizer += 2 * s.shard_length * f32;  // AdamW m and v
+      continue;
+    }
+    // HostAdamW: m, v, the f32 master and the gradient copy of the shard.
+    category(report.host, MemoryCategory::optimizer_state) += 2 * s.shard_length * f32;
+    category(report.host, MemoryCategory::trainable_weights) += s.shard_length * f32;
+    category(report.host, MemoryCategory::gradients) += s.shard_length * f32;
+  }
+  if (shards_offloaded) {
+    if (gather_dtype != DType::f32) {
+      category(report.host, MemoryCategory::workspace) =
+          longest_shard * static_cast<int64_t>(dtype_size(gather_dtype));
+    }
+    const GradientSlotPlan staging = plan_shard_staging(layouts.shard, plan);
+    for (int k = 0; k < 2; ++k) report.comm_buffers += staging.count[k] * staging.elements[k] * f32;
+    if (micro_batches > 1) report.comm_buffers += plan.max_padded() / plan.world() * f32;
   }
   if (zero_stage == 3) {
     if (lora) {
@@ -116,7 +153,6 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
         report.frozen += layouts.frozen_plan.group(g).shard *
                          static_cast<int64_t>(dtype_size(frozen_dtype));
     }
-    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
     for (int k = 0; k < 2; ++k)
       report.comm_buffers += slots.count[k] * static_cast<int64_t>(slots.bytes[k]);
   }

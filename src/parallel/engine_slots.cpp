@@ -106,6 +106,18 @@ DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_gradient_slots(
   return out;
 }
 
+DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_shard_staging(
+    const LlamaConfig& config, const ShardPlan& plan) {
+  GradientSlotPlan out = plan_gradient_slots(config, plan);
+  out.elements = {};
+  for (int g = 0; g < plan.group_count(); ++g) {
+    if (plan.group(g).numel == 0) continue;
+    int64_t& most = out.elements[static_cast<size_t>(slot_kind(config, g))];
+    most = std::max(most, plan.group(g).shard);
+  }
+  return out;
+}
+
 int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
                                                 const WeightSlotPlan& slots, int prefetch) {
   // The engine's pools as SlotPool::take_unclaimed keeps them: a slot not in use and not

@@ -75,6 +75,14 @@ void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t cou
   const int64_t last = std::min(begin + count, hi);
   if (first >= last) return;
   wait_weight_slots();
+  if (shards_offloaded()) {
+    // The host master is the weights; the device shard follows before its next gather.
+    host_optimizer_->wait_all();
+    std::copy_n(values + (first - begin), last - first, host_master(group).f32() + (first - lo));
+    device_shard_stale_[static_cast<size_t>(group)] = true;
+    forget_weight_slots();
+    return;
+  }
   const Tensor target = stage_ == 3
                             ? storage_[static_cast<size_t>(group)]
                                   .weight_shard.as(DType::f32, Shape{s.shard})
@@ -129,10 +137,25 @@ void DataParallelEngine::gather_local_gradients(int group, float* host) {
     return;
   }
   // Stages 2-3: each fsdp shard holds its part of the reduced gradient.
+  if (shards_offloaded()) {
+    gather_host_shards(group, host_gradient(group), host);
+    return;
+  }
   const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
   const Tensor all = gathered.as(DType::f32, Shape{s.padded});
   mesh_->fsdp().all_gather(
       storage_[static_cast<size_t>(group)].grad_shard.as(DType::f32, Shape{s.shard}), all);
+  model_->backend().copy_to_host(host, all.flat(0, s.numel));
+}
+
+void DataParallelEngine::gather_host_shards(int group, const Tensor& shard, float* host) {
+  const GroupShard& s = plan_.group(group);
+  host_optimizer_->wait_all();
+  const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
+  const Tensor all = gathered.as(DType::f32, Shape{s.padded});
+  if (s.shard_length > 0)
+    model_->backend().copy_from_host(all.flat(s.shard_begin, s.shard_length), shard.f32());
+  mesh_->fsdp().all_gather(all.flat(s.shard_begin, s.shard), all);
   model_->backend().copy_to_host(host, all.flat(0, s.numel));
 }
 
@@ -141,6 +164,10 @@ void DataParallelEngine::gather_local_weights(int group, float* host) {
   if (s.numel == 0) return;  // an empty group (LoRA's embedding and head groups)
   if (stage_ != 3) {
     model_->backend().copy_to_host(host, model_weights(group));
+    return;
+  }
+  if (shards_offloaded()) {
+    gather_host_shards(group, host_master(group), host);
     return;
   }
   if (gather_dtype_ != DType::f32) {

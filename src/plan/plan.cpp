@@ -18,26 +18,10 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // The largest micro-batch --fit tries.
 constexpr int64_t kMaxMicroBatch = 65536;
 
-int64_t& category(MemoryByCategory& bytes, MemoryCategory c) {
-  return bytes[static_cast<size_t>(c)];
-}
-
 int64_t sum(const MemoryByCategory& bytes) {
   int64_t total = 0;
   for (const int64_t b : bytes) total += b;
   return total;
-}
-
-// What the engine's offload holds (docs/distributed.md, `offload`): the AdamW moments move to
-// host memory, beside an f32 master and a copy of the reduced gradient of the shard the rank
-// steps; the device keeps the f32 weights it computes with and its gradients.
-void apply_offload(MemoryByCategory& device, MemoryByCategory& host) {
-  const int64_t moments = category(device, MemoryCategory::optimizer_state);
-  const int64_t master_shard = moments / 2;  // one f32 per element the rank steps
-  category(host, MemoryCategory::optimizer_state) = moments;
-  category(host, MemoryCategory::trainable_weights) = master_shard;
-  category(host, MemoryCategory::gradients) = master_shard;  // the reduced shard's copy
-  category(device, MemoryCategory::optimizer_state) = 0;
 }
 
 // Returns the world ranks an axis's group spans (innermost tp, then cp, dp, fsdp).
@@ -255,7 +239,7 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   plan.buffers = planned.by_category();
   plan.device = plan.buffers;
   plan.device[static_cast<size_t>(MemoryCategory::communication)] += planned.collective_staging;
-  if (plan.offload) apply_offload(plan.device, plan.host);
+  plan.host = planned.host;  // offload: what the host optimizer holds
   plan.device_total = sum(plan.device);
   plan.host_total = sum(plan.host);
   plan.capacity = static_cast<int64_t>(static_cast<double>(settings.hardware.memory_bytes) *

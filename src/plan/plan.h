@@ -8,8 +8,9 @@
 // where asynchronous collectives (gradient reductions, ZeRO-3 gathers, ring attention,
 // offload transfers) overlap compute and blocking ones (tensor-parallel sums, stage 1's weight
 // gather, offload's host AdamW step) do not. Offload (parallel.offload) is predicted as the
-// design of DESIGN.md section 12 would hold it: the buffers only the optimizer step touches
-// (AdamW moments, f32 master shards, reduced gradient shards) in host memory.
+// engine holds it (DataParallelEngine::planned_memory's host figures): AdamW moments, f32
+// master shards and reduced gradient shards in host memory; under stage 3 the device keeps
+// only its shard in the gather dtype.
 #pragma once
 
 #include <cstdint>

@@ -88,7 +88,9 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(parallel, sequence_parallel,
                          "tp > 1: split the residual stream over the tp ranks by sequence"),
       ANVIL_CONFIG_FIELD(parallel, zero_stage, "ZeRO stage 0-3 on the fsdp axis"),
-      ANVIL_CONFIG_FIELD(parallel, offload, "keep optimizer state on the host"),
+      ANVIL_CONFIG_FIELD(parallel, offload,
+                         "keep AdamW state and f32 masters on the host (ZeRO-3: gradient shards "
+                         "too; the device keeps its shard in the compute dtype)"),
       ANVIL_CONFIG_FIELD(parallel, prefetch,
                          "ZeRO-3: groups gathered ahead of the one in use (>= 1; each "
                          "holds one layer in the compute dtype)"),

@@ -69,6 +69,9 @@ struct RunSpec {
   AttentionSchedule attention;
   // ZeRO-3: groups gathered ahead of the one in use.
   int prefetch = 1;
+  // Optimizer offload (parallel.offload): AdamW state and f32 masters (stage 3: and the
+  // gradient shards) in host memory.
+  bool offload = false;
 
   ParallelSettings parallel_settings() const {
     ParallelSettings settings;
@@ -79,6 +82,7 @@ struct RunSpec {
     settings.sequence_parallel = sequence_parallel;
     settings.cp = cp;
     settings.prefetch = prefetch;
+    settings.offload = offload;
     return settings;
   }
 
@@ -392,6 +396,11 @@ inline void expect_planned_memory(Harness& harness, const RunSpec& spec) {
   for (int c = 0; c < kMemoryCategoryCount; ++c) {
     EXPECT_EQ(predicted[static_cast<size_t>(c)], measured.current[static_cast<size_t>(c)])
         << kMemoryCategoryNames[static_cast<size_t>(c)];
+  }
+  const MemorySnapshot host = harness.engine().host_memory();
+  for (int c = 0; c < kMemoryCategoryCount; ++c) {
+    EXPECT_EQ(planned.host[static_cast<size_t>(c)], host.current[static_cast<size_t>(c)])
+        << "host " << kMemoryCategoryNames[static_cast<size_t>(c)];
   }
 }
 

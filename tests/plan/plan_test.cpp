@@ -28,6 +28,12 @@ TrainConfig load_preset(const std::string& name) {
   return config;
 }
 
+// Applies `--name=value` overrides as the command line would.
+void apply_overrides(TrainConfig& config,
+                     const std::vector<std::pair<std::string, std::string>>& overrides) {
+  for (const auto& [name, value] : overrides) apply_config_override(config, name, value);
+}
+
 // A profile with round numbers, so the tests do not depend on the built-in ones' figures.
 PlanSettings settings_for(const std::string& hardware, int nproc) {
   PlanSettings settings;
@@ -196,28 +202,64 @@ TEST(PlanReferenceWorkloads, Llama2SevenBZero3OffloadOnEight64GbDevices) {
   ASSERT_TRUE(config.parallel.offload);
   const Plan plan = make_plan(config, settings_for("ascend-910b", 8));
   const Arch a = arch_of(config);
-  // The moments move to the host, beside an f32 master and a gradient copy of the shard; the
-  // device keeps the f32 shard and the reduced gradient shard it computes with.
-  EXPECT_EQ(bytes(plan, MemoryCategory::trainable_weights), 4 * a.shards(8));
-  EXPECT_EQ(bytes(plan, MemoryCategory::gradients), 4 * a.shards(8));
+  // Stage 3 offload: the moments, an f32 master and a gradient copy of the shard live on the
+  // host (and a buffer of the longest shard in bf16, where a master is cast before it goes
+  // up). The device keeps only what its gathers read: each layer's and the head's shard in
+  // bf16 with its packed f32 norms, the embedding's in f32 (it travels in f32); no gradient
+  // shard. Rank 0's shards are whole (no padding), so its real elements are a.shards(8).
+  const int64_t layer_shard = padded(a.layer_group(), 8) / 8;
+  const int64_t head_shard = padded(a.head_group(), 8) / 8;
+  const int64_t embedding_shard = padded(a.embedding_group(), 8) / 8;
+  EXPECT_EQ(bytes(plan, MemoryCategory::trainable_weights),
+            4 * embedding_shard +
+                a.L * (2 * layer_shard + 4 * packed_norms(padded(a.layer_group(), 8), 8, a.C,
+                                                          {0, a.mlp_norm_offset()})) +
+                2 * head_shard + 4 * packed_norms(padded(a.head_group(), 8), 8, a.C, {0}));
+  EXPECT_EQ(bytes(plan, MemoryCategory::gradients), 0);
   EXPECT_EQ(bytes(plan, MemoryCategory::optimizer_state), 0);
   EXPECT_EQ(host_bytes(plan, MemoryCategory::trainable_weights), 4 * a.shards(8));
   EXPECT_EQ(host_bytes(plan, MemoryCategory::gradients), 4 * a.shards(8));
   EXPECT_EQ(host_bytes(plan, MemoryCategory::optimizer_state), 8 * a.shards(8));
-  // The device holds no bf16 copy of the weights: two bf16 layer slots and one
-  // embedding/head slot, f32 gradient slots per kind (two of a layer, one of the head) and
-  // the receive buffers of as many reduce-scatters (two slices each), and every layer's
-  // activations (no checkpointing).
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);
   EXPECT_EQ(a.largest_padded(8), padded(a.layer_group(), 8));
+  EXPECT_EQ(host_bytes(plan, MemoryCategory::workspace), 2 * layer_shard);
+  // No bf16 copy of the weights: two bf16 layer slots and one embedding/head slot, f32
+  // gradient slots per kind (two of a layer, one of the head) and the receive buffers of as
+  // many reduce-scatters (two slices each), as many staging slots of a shard, and every
+  // layer's activations (no checkpointing).
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);
+  const int64_t staging = 2 * 4 * layer_shard + 4 * std::max(embedding_shard, head_shard);
   EXPECT_EQ(bytes(plan, MemoryCategory::communication),
             2 * bf16_layer_slot(a, 8, 8) + bf16_outer_slot(a, 8, 8) + f32_gradient_slots(a, 8) +
-                receive_buffers(f32_gradient_slots(a, 8), 8));
+                receive_buffers(f32_gradient_slots(a, 8), 8) + staging);
   EXPECT_EQ(bytes(plan, MemoryCategory::activations),
             bf16_arena(a, config.training.seq_len, a.L));
   // The published figure: under 54 GB per device.
   EXPECT_LT(plan.device_total, int64_t{54'000'000'000});
   EXPECT_TRUE(plan.fits);
+}
+
+// Issue 30's targets for the long-context run and for 405B full training (docs/plan.md 5.2 and
+// 5.4): the device totals the plan must stay under.
+TEST(PlanReferenceWorkloads, Llama2SevenBAt128KOverCp8WithOffloadFitsIn24GiB) {
+  TrainConfig config = load_preset("llama2-7b");
+  apply_overrides(config, {{"training.seq_len", "131072"}, {"model.max_seq_len", "131072"},
+                           {"parallel.cp", "8"}, {"training.activation_checkpointing", "true"},
+                           {"attention.pattern", "lines"}, {"attention.segment", "64"}});
+  const Plan plan = make_plan(config, settings_for("metax-mxc500", 8));
+  EXPECT_EQ(plan.shape.cp, 8);
+  EXPECT_EQ(bytes(plan, MemoryCategory::gradients), 0);
+  EXPECT_LE(plan.device_total, 24 * kGiB);
+}
+
+TEST(PlanReferenceWorkloads, Llama405BFullTrainingOn512H100FitsIn40GiB) {
+  TrainConfig config = load_preset("llama3.1-405b");
+  apply_overrides(config, {{"lora.r", "0"}, {"parallel.tp", "8"}, {"parallel.fsdp", "64"},
+                           {"parallel.sequence_parallel", "true"},
+                           {"training.activation_checkpointing", "true"},
+                           {"training.seq_len", "8192"}, {"model.max_seq_len", "8192"}});
+  const Plan plan = make_plan(config, settings_for("h100", 512));
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);  // no bf16 copy of the tp shard
+  EXPECT_LE(plan.device_total, 40 * kGiB);
 }
 
 // ---- reference workload 3: Llama 3 8B, ZeRO-3, micro-batch 1 at 4K on 8 x 64 GB -----------

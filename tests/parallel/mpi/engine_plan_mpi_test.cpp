@@ -49,12 +49,27 @@ std::vector<PlanCase> plan_cases() {
   deep.prefetch = 2;
   deep.grad_accum = 1;
   cases.push_back({"stage 3 tied bf16, prefetch 2", deep});
+  RunSpec offload = bf16;  // the device keeps its bf16 shard; masters and gradients go up
+  offload.offload = true;
+  cases.push_back({"stage 3 untied bf16, offload", offload});
+  RunSpec offload_tied = deep;
+  offload_tied.offload = true;
+  offload_tied.grad_accum = 2;
+  cases.push_back({"stage 3 tied bf16, prefetch 2, offload", offload_tied});
+  RunSpec offload_stage1;
+  offload_stage1.zero_stage = 1;
+  offload_stage1.offload = true;
+  cases.push_back({"stage 1, offload", offload_stage1});
   RunSpec hybrid;
   hybrid.zero_stage = 3;
   hybrid.dp = 2;
   hybrid.fsdp = 2;
   hybrid.grad_accum = 2;
   cases.push_back({"stage 3 dp 2 x fsdp 2", hybrid, 4});
+  RunSpec hybrid_offload = hybrid;
+  hybrid_offload.dtype = DType::bf16;
+  hybrid_offload.offload = true;
+  cases.push_back({"stage 3 dp 2 x fsdp 2, bf16, offload", hybrid_offload, 4});
   RunSpec tp;
   tp.tp = 2;
   tp.zero_stage = 1;
