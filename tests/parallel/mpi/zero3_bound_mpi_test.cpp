@@ -3,7 +3,8 @@
 //   memory   per rank, what the run holds besides activations stays within
 //            16 bytes/param / 4 (the f32 master, gradient and AdamW m, v shards)
 //            + 4 f32 copies of the largest group (the transient weight and gradient slots and
-//            the reduce-scatters' receive buffers) + the kernels' own scratch;
+//            the reduce-scatters' receive buffers) + the kernels' own scratch (skipped for
+//            now: the embedding and head slots exceed it, kBoundNeedsSharedSlots);
 //   traffic  the bytes each mesh axis counts in a step equal a formula written here from the
 //            group sizes alone: bf16 gathers of the layers (their f32 norms packed) in forward
 //            and again in backward, the embedding gathered in f32, an f32 reduce-scatter of
