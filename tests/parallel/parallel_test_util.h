@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/device_communicator.h"
 #include "data/cursor.h"
 #include "data/synthetic.h"
 #include "model/llama.h"
@@ -72,6 +73,15 @@ struct RunSpec {
   // Optimizer offload (parallel.offload): AdamW state and f32 masters (stage 3: and the
   // gradient shards) in host memory.
   bool offload = false;
+  // A model larger than tiny_config (0 keeps its value), for measurements where the
+  // parameters must outweigh fixed overheads; synthetic tokens span the whole vocabulary.
+  int n_layers = 0;
+  int dim = 0;
+  int ffn_dim = 0;
+  int vocab_size = 0;
+  // The backend every rank trains on; on a device backend ("sim") the mesh runs over the
+  // device communicator, as the trainer's does.
+  std::string backend = "cpu";
 
   ParallelSettings parallel_settings() const {
     ParallelSettings settings;
@@ -92,6 +102,10 @@ struct RunSpec {
       c.n_heads = 8;
       c.n_kv_heads = 4;
     }
+    if (n_layers > 0) c.n_layers = n_layers;
+    if (dim > 0) c.dim = dim;
+    if (ffn_dim > 0) c.ffn_dim = ffn_dim;
+    if (vocab_size > 0) c.vocab_size = vocab_size;
     return c;
   }
 };
@@ -101,9 +115,11 @@ class Harness {
  public:
   Harness(Communicator& comm, const RunSpec& spec)
       : spec_(spec),
-        backend_(make_backend("cpu")),
-        data_(64, spec.seq, spec.seed) {
-    mesh_ = std::make_unique<DeviceMesh>(comm, spec.parallel_settings());
+        backend_(make_backend(spec.backend)),
+        data_(spec.config().vocab_size, spec.seq, spec.seed),
+        device_world_(make_device_communicator(comm, *backend_)) {
+    mesh_ = std::make_unique<DeviceMesh>(device_world_ ? *device_world_ : comm,
+                                         spec.parallel_settings());
     ModelOptions options;
     options.max_batch = spec.micro_batch;
     options.max_seq = spec.seq / spec.cp;  // a cp rank holds seq / cp rows of each sample
@@ -154,6 +170,7 @@ class Harness {
   }
 
   DataParallelEngine& engine() { return *engine_; }
+  Backend& backend() { return *backend_; }
   // Returns the model options before the engine applied the mesh (what planning takes).
   const ModelOptions& options() const { return options_; }
   LlamaModel& model() { return *model_; }
@@ -163,14 +180,21 @@ class Harness {
   // Runs optimizer step `step` (0-based) on this rank's share of the global batch; with
   // `poison`, the first loss-mask value of this rank's first micro-batch is a NaN.
   StepReport step(int64_t step, bool poison = false) {
+    const std::vector<Batch> batches = micro_batches(step);
+    if (poison) views_[0].mask.f32()[0] = std::numeric_limits<float>::quiet_NaN();
+    model_->set_dropout_step(step);  // adapter dropout masks are a function of the step
+    return engine_->train_step(batches, spec_.lr);
+  }
+
+  // Returns this rank's micro-batches of step `step`: host tensors that stay valid until the
+  // next call of step() or micro_batches().
+  std::vector<Batch> micro_batches(int64_t step) {
     std::vector<Batch> batches;
     for (int m = 0; m < spec_.grad_accum; ++m) {
       const int64_t first = layout_.first_sample(step, m, mesh_->sample_rank());
       batches.push_back(fill(static_cast<size_t>(m), first, spec_.micro_batch));
     }
-    if (poison) views_[0].mask.f32()[0] = std::numeric_limits<float>::quiet_NaN();
-    model_->set_dropout_step(step);  // adapter dropout masks are a function of the step
-    return engine_->train_step(batches, spec_.lr);
+    return batches;
   }
 
   // Returns the loss of `count` evaluation batches of micro_batch samples from sample 10^6.
@@ -222,6 +246,7 @@ class Harness {
   std::unique_ptr<Backend> backend_;
   SyntheticData data_;
   ModelOptions options_;
+  std::unique_ptr<Communicator> device_world_;  // null on cpu: `comm` moves host memory
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<DataParallelEngine> engine_;
