@@ -30,7 +30,7 @@ Tensor whole(const Buffer& buffer) {
 
 ModelOptions DataParallelEngine::model_options(ModelOptions options, int zero_stage) {
   options.allocate_weights = zero_stage == 0;
-  options.allocate_compute_copies = zero_stage < 3;
+  options.allocate_compute_copies = zero_stage == 0;  // stages 1-3 bind theirs (not LoRA)
   options.allocate_gradients = zero_stage <= 1;
   options.allocate_frozen = zero_stage <= 2;
   return options;
@@ -104,7 +104,8 @@ void DataParallelEngine::allocate_state(int micro_batches) {
   const bool running_sum_here = mesh_->data_rank() == 0 && micro_batches > 1;
   const bool shards_offloaded = stage_ == 3 && mesh_->offload();
   const DType dtype = model_->parameters().dtype();
-  if (stage_ == 3) {
+  compute_replica_ = (stage_ == 1 || stage_ == 2) && model_->binds_compute_weights();
+  if (sharded_masters()) {
     gather_dtype_ = model_->binds_compute_weights() ? model_->options().compute_dtype : DType::f32;
     slot_plan_ = plan_weight_slots(model_->shard_config(), model_->trainable().layout(), plan_,
                                    lora_ ? &frozen_plan_ : nullptr, dtype, gather_dtype_,
@@ -115,7 +116,15 @@ void DataParallelEngine::allocate_state(int micro_batches) {
     const GroupShard& s = plan_.group(g);
     if (s.numel == 0) continue;  // nothing trains here (LoRA's embedding and head groups)
     GroupStorage& st = storage_[static_cast<size_t>(g)];
-    if (stage_ == 1 || stage_ == 2) {
+    if (compute_replica_) {
+      // The weights once in the compute dtype (the model's compute copies, so workspace)
+      // beside this rank's f32 master shard.
+      const size_t bytes = slot_plan_.groups[static_cast<size_t>(g)].bytes;
+      st.replica = Buffer(backend, bytes, MemoryCategory::workspace);
+      backend.fill_zero(st.replica.as(DType::u16, Shape{static_cast<int64_t>(bytes / 2)}));
+      bind_group_views(g, st.replica);
+      st.weight_shard = zeroed_buffer(backend, s.shard, MemoryCategory::trainable_weights);
+    } else if (stage_ == 1 || stage_ == 2) {
       st.replica = zeroed_buffer(backend, s.padded, MemoryCategory::trainable_weights);
       model_->bind_trainable_weights(g, whole(st.replica));
     }
@@ -180,7 +189,7 @@ Tensor DataParallelEngine::frozen_slot_view(int slot, int group) const {
 Tensor DataParallelEngine::optimizer_weights(int group) const {
   const GroupShard& s = plan_.group(group);
   const GroupStorage& st = storage_[static_cast<size_t>(group)];
-  if (stage_ == 3) return whole(st.weight_shard).flat(0, s.shard_length);
+  if (sharded_masters()) return whole(st.weight_shard).flat(0, s.shard_length);
   return model_weights(group).flat(s.shard_begin, s.shard_length);
 }
 
@@ -378,16 +387,28 @@ void DataParallelEngine::publish_weights() {
     return;
   }
   std::vector<std::unique_ptr<CommHandle>> gathers;
-  for (int g = 0; g < plan_.group_count(); ++g) gathers.push_back(start_publish(g));
-  for (auto& gather : gathers)
-    if (gather) gather->wait();
+  for (int g = 0; g < plan_.group_count(); ++g) {
+    for (auto& gather : start_publish(g)) gathers.push_back(std::move(gather));
+  }
+  for (auto& gather : gathers) gather->wait();
+  for (int g = 0; g < plan_.group_count(); ++g) finish_publish(g);
 }
 
-std::unique_ptr<CommHandle> DataParallelEngine::start_publish(int group) {
+std::vector<std::unique_ptr<CommHandle>> DataParallelEngine::start_publish(int group) {
   const GroupShard& s = plan_.group(group);
-  if (stage_ == 0 || stage_ == 3 || mesh_->shard_count() == 1 || s.numel == 0) return nullptr;
-  const Tensor replica = whole(storage_[static_cast<size_t>(group)].replica);
-  return mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica);
+  std::vector<std::unique_ptr<CommHandle>> gathers;
+  if (stage_ == 0 || stage_ == 3 || s.numel == 0) return gathers;
+  const GroupStorage& st = storage_[static_cast<size_t>(group)];
+  if (compute_replica_) return gather_group_into(group, st.replica, false);
+  if (mesh_->shard_count() == 1) return gathers;
+  const Tensor replica = whole(st.replica);
+  gathers.push_back(mesh_->fsdp().all_gather_async(replica.flat(s.shard_begin, s.shard), replica));
+  return gathers;
+}
+
+void DataParallelEngine::finish_publish(int group) {
+  if (compute_replica_ && plan_.group(group).numel > 0)
+    prepare_gathered(group, storage_[static_cast<size_t>(group)].replica);
 }
 
 std::span<const Batch> DataParallelEngine::rows_of_this_rank(std::span<const Batch> batches) {

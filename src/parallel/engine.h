@@ -10,6 +10,11 @@
 //            the updated weights are all-gathered.
 //   stage 2  gradients reduce-scattered too: a rank keeps only its shard; full gradients
 //            exist only in a few group-sized slots while a group's backward runs.
+//            Stages 1-2 in mixed precision (DeepSpeed's layout; not LoRA): the f32 master is
+//            sharded like the moments, and the weights the model computes with are held once,
+//            in the compute dtype (norms and the embedding in f32), laid out as a stage-3
+//            slot per group; after the step each rank casts its updated shard and they are
+//            all-gathered in the compute dtype. Casting is element-wise: still bitwise.
 //   stage 3  weights sharded too: a group is all-gathered into a slot before each use in
 //            forward and backward (in the compute dtype, norms in f32: engine_slots.cpp), the
 //            next mesh.prefetch() groups of the pass are prefetched, and slots are reused
@@ -162,6 +167,9 @@ class DataParallelEngine final : private GroupHooks {
   void set_optimizer_steps(int64_t steps);
   // True when the AdamW state and f32 masters live in host memory (parallel.offload).
   bool offloaded() const { return host_optimizer_ != nullptr; }
+  // True when stages 1-2 hold the weights in the compute dtype beside sharded f32 masters
+  // (mixed precision without LoRA).
+  bool compute_replica() const { return compute_replica_; }
   // True when, in addition, the gradient shards live in host memory and the device holds its
   // weight shard only in the gather dtype (stage 3 with offload).
   bool shards_offloaded() const { return offloaded() && stage_ == 3; }
@@ -301,7 +309,8 @@ class DataParallelEngine final : private GroupHooks {
   static std::vector<int> stage3_weight_uses(const LlamaConfig& config, bool train);
 
   struct GroupStorage {
-    Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model
+    Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model (in
+                          // mixed precision: the compute-dtype group, as a weight slot holds it)
     Buffer weight_shard;  // stage 3: this rank's fsdp shard of the weights (f32; offloaded:
                           // offloaded_shard_bytes, refreshed from the host master)
     Buffer grad_shard;    // stages 2-3: this rank's fsdp shard of the reduced gradient (not
@@ -376,8 +385,21 @@ class DataParallelEngine final : private GroupHooks {
   void release_weights(int group);
   // Starts the gathers of group g's trainable weights and (with_frozen, LoRA) frozen base.
   void start_weight_gather(int group, int slot, bool with_frozen = true);
+  // Starts the gathers of group g into `target`, laid out as slot_plan_.groups[g] says (each
+  // rank casts its master shard into its place first); returns their handles.
+  std::vector<std::unique_ptr<CommHandle>> gather_group_into(int group, const Buffer& target,
+                                                             bool with_frozen);
   // Unpacks the f32 parts (or casts a tied embedding) of a gathered slot and binds the group.
   void bind_gathered(int group, int slot);
+  // Mixed precision: unpacks the gathered f32 parts of `target` (or casts a group gathered in
+  // f32 that the model also reads in the compute dtype); binds the group's views to `target`.
+  void prepare_gathered(int group, const Buffer& target);
+  void bind_group_views(int group, const Buffer& target);
+  // Stages 1-2 in mixed precision: writes elements [first, first + count) of group g (host
+  // f32) into its compute-dtype replica.
+  void write_replica(int group, int64_t first, int64_t count, const float* values);
+  // Whether the f32 master is a shard (stage 3, and stages 1-2 in mixed precision).
+  bool sharded_masters() const { return stage_ == 3 || compute_replica_; }
   // Returns whether `group` is among the next `prefetch` uses of the pass.
   bool in_prefetch_window(int group) const;
   void prefetch_next_weights();
@@ -429,8 +451,10 @@ class DataParallelEngine final : private GroupHooks {
   // Returns `elements` of `dtype` at `byte_offset` in group g's device weight shard.
   Tensor device_shard(int group, DType dtype, size_t byte_offset, int64_t elements) const;
   // Starts the fsdp all-gather that spreads group g's updated shard over its replica
-  // (stages 1-2 with fsdp > 1); null otherwise.
-  std::unique_ptr<CommHandle> start_publish(int group);
+  // (stages 1-2: with fsdp > 1, or in mixed precision); none otherwise. finish_publish
+  // prepares the gathered group once they are done.
+  std::vector<std::unique_ptr<CommHandle>> start_publish(int group);
+  void finish_publish(int group);
   void run_gather_only_pass();
 
   LlamaModel* model_;
@@ -443,8 +467,9 @@ class DataParallelEngine final : private GroupHooks {
   bool lora_;
   ShardPlan frozen_plan_;        // LoRA: the frozen base's groups over the same mesh
   std::vector<Buffer> frozen_shards_;  // stage 3, LoRA: this rank's shard of each base group
-  WeightSlotPlan slot_plan_;           // stage 3
-  DType gather_dtype_ = DType::f32;    // what the layer groups travel in under stage 3
+  WeightSlotPlan slot_plan_;           // stage 3, and the replica of compute_replica_
+  bool compute_replica_ = false;       // stages 1-2 in mixed precision (see the top)
+  DType gather_dtype_ = DType::f32;    // what the layer groups travel in (sharded_masters())
   std::vector<std::vector<ParamSpan>> spans_;
   std::vector<std::vector<ElementRange>> norm_ranges_;
   std::vector<GroupStorage> storage_;

@@ -98,10 +98,15 @@ void DataParallelEngine::close_group_span(int group, bool backward_done) {
 }
 
 void DataParallelEngine::start_weight_gather(int group, int slot, bool with_frozen) {
+  SlotPool& pool = weight_pool(group);
+  pool.set_pending(slot, gather_group_into(group, pool.buffer(slot), with_frozen));
+}
+
+std::vector<std::unique_ptr<CommHandle>> DataParallelEngine::gather_group_into(
+    int group, const Buffer& target, bool with_frozen) {
   std::vector<std::unique_ptr<CommHandle>> gathers;
   const GroupShard& s = plan_.group(group);
   const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
-  SlotPool& pool = weight_pool(group);
   Communicator& fsdp = mesh_->fsdp();
   if (s.numel > 0) {
     if (shards_offloaded()) upload_stale_shard(group);
@@ -110,24 +115,24 @@ void DataParallelEngine::start_weight_gather(int group, int slot, bool with_froz
       // The device shard is already in the compute dtype, its f32 parts packed behind it.
       gathers.push_back(fsdp.all_gather_async(
           device_shard(group, gather_dtype_, 0, s.shard),
-          pool.view(slot, gather_dtype_, layout.compute_offset, s.padded)));
+          buffer_view(target, gather_dtype_, layout.compute_offset, s.padded)));
       if (layout.packed > 0) {
         gathers.push_back(fsdp.all_gather_async(
             device_shard(group, DType::f32, offloaded_packed_offset(s, gather_dtype_),
                          layout.packed),
-            pool.view(slot, DType::f32, layout.packed_offset,
-                      int64_t{fsdp.size()} * layout.packed)));
+            buffer_view(target, DType::f32, layout.packed_offset,
+                        int64_t{fsdp.size()} * layout.packed)));
       }
     } else if (layout.compute) {
-      // Each rank casts its shard into its place in the slot (element-wise, so the gathered
+      // Each rank casts its shard into its place in the target (element-wise, so the gathered
       // values are the cast of the gathered masters) and packs its f32 parts beside it.
-      const Tensor all = pool.view(slot, gather_dtype_, layout.compute_offset, s.padded);
+      const Tensor all = buffer_view(target, gather_dtype_, layout.compute_offset, s.padded);
       const Tensor mine = all.flat(s.shard_begin, s.shard);
       model_->backend().cast(shard, mine);
       gathers.push_back(fsdp.all_gather_async(mine, all));
       if (layout.packed > 0) {
-        const Tensor packed = pool.view(slot, DType::f32, layout.packed_offset,
-                                        int64_t{fsdp.size()} * layout.packed);
+        const Tensor packed = buffer_view(target, DType::f32, layout.packed_offset,
+                                          int64_t{fsdp.size()} * layout.packed);
         const int f = static_cast<int>(s.shard_begin / s.shard);  // this rank's fsdp index
         const Tensor own = packed.flat(int64_t{f} * layout.packed, layout.packed);
         int64_t at = 0;
@@ -139,13 +144,17 @@ void DataParallelEngine::start_weight_gather(int group, int slot, bool with_froz
         gathers.push_back(fsdp.all_gather_async(own, packed));
       }
     } else {
-      gathers.push_back(fsdp.all_gather_async(shard, pool.tensor(slot, s.padded)));
+      gathers.push_back(
+          fsdp.all_gather_async(shard, buffer_view(target, DType::f32, 0, s.padded)));
     }
   }
   if (with_frozen && lora_ && frozen_plan_.group(group).numel > 0) {
-    gathers.push_back(fsdp.all_gather_async(frozen_shard(group), frozen_slot_view(slot, group)));
+    gathers.push_back(fsdp.all_gather_async(
+        frozen_shard(group),
+        buffer_view(target, model_->parameters().dtype(), layout.frozen_offset,
+                    frozen_plan_.group(group).padded)));
   }
-  pool.set_pending(slot, std::move(gathers));
+  return gathers;
 }
 
 void DataParallelEngine::bind_gathered(int group, int slot) {
@@ -156,35 +165,47 @@ void DataParallelEngine::bind_gathered(int group, int slot) {
     if (lora_) model_->bind_weights(group, frozen_slot_view(slot, group));
     return;
   }
+  if (!pool.prepared(slot)) prepare_gathered(group, pool.buffer(slot));
+  pool.set_prepared(slot);
+  bind_group_views(group, pool.buffer(slot));
+}
+
+void DataParallelEngine::prepare_gathered(int group, const Buffer& target) {
+  const GroupShard& s = plan_.group(group);
   const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
   Backend& backend = model_->backend();
+  if (layout.compute && layout.packed > 0) {
+    const Tensor f32 = buffer_view(target, DType::f32, layout.f32_offset, layout.parts.f32_numel);
+    const Tensor packed = buffer_view(target, DType::f32, layout.packed_offset,
+                                      int64_t{mesh_->fsdp().size()} * layout.packed);
+    for (int f = 0; f < mesh_->fsdp().size(); ++f) {
+      int64_t at = int64_t{f} * layout.packed;
+      for (const PackedPiece& piece : packed_pieces(layout.parts, s.shard, f)) {
+        backend.copy(f32.flat(piece.unpacked_offset, piece.length), packed.flat(at, piece.length));
+        at += piece.length;
+      }
+    }
+  } else if (layout.cast_locally) {
+    backend.cast(buffer_view(target, DType::f32, 0, s.padded),
+                 buffer_view(target, gather_dtype_, layout.compute_offset, s.padded));
+  }
+}
+
+void DataParallelEngine::bind_group_views(int group, const Buffer& target) {
+  const GroupShard& s = plan_.group(group);
+  const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
   const Tensor compute =
       layout.parts.reads_compute
-          ? pool.view(slot, gather_dtype_, layout.compute_offset, s.padded)
+          ? buffer_view(target, gather_dtype_, layout.compute_offset, s.padded)
           : Tensor();
   Tensor f32;
   if (layout.compute) {
-    f32 = pool.view(slot, DType::f32, layout.f32_offset, layout.parts.f32_numel);
-    if (!pool.prepared(slot) && layout.packed > 0) {
-      const Tensor packed = pool.view(slot, DType::f32, layout.packed_offset,
-                                      int64_t{mesh_->fsdp().size()} * layout.packed);
-      for (int f = 0; f < mesh_->fsdp().size(); ++f) {
-        int64_t at = int64_t{f} * layout.packed;
-        for (const PackedPiece& piece : packed_pieces(layout.parts, s.shard, f)) {
-          backend.copy(f32.flat(piece.unpacked_offset, piece.length),
-                       packed.flat(at, piece.length));
-          at += piece.length;
-        }
-      }
-    }
+    f32 = buffer_view(target, DType::f32, layout.f32_offset, layout.parts.f32_numel);
   } else {
     // One f32 part: the group's only parameter (the embedding table, a tied head's norm).
     const ComputeParts::Range& range = layout.parts.f32.front();
-    f32 = pool.tensor(slot, s.padded).flat(range.offset, range.length);
-    if (!pool.prepared(slot) && layout.cast_locally)
-      backend.cast(pool.tensor(slot, s.padded), compute);
+    f32 = buffer_view(target, DType::f32, 0, s.padded).flat(range.offset, range.length);
   }
-  pool.set_prepared(slot);
   model_->bind_compute_weights(group, compute, f32);
 }
 

@@ -137,10 +137,10 @@ void DataParallelEngine::offloaded_step(double lr, double grad_scale) {
       }
     }
     // Every rank starts every group's gather in the same order (an empty shard included).
-    gathers.push_back(start_publish(g));
+    for (auto& gather : start_publish(g)) gathers.push_back(std::move(gather));
   }
-  for (auto& gather : gathers)
-    if (gather) gather->wait();
+  for (auto& gather : gathers) gather->wait();
+  for (int g = 0; g < plan_.group_count(); ++g) finish_publish(g);
   if (stage_ == 3) forget_weight_slots();
 }
 

@@ -80,6 +80,13 @@ DataParallelEngine::WeightSlotPlan planned_weight_slots(const PlannedLayouts& la
       LlamaModel::frozen_base_dtype(options), planned_gather_dtype(options), prefetch);
 }
 
+// Whether stages 1-2 hold the weights in the compute dtype beside sharded f32 masters (a
+// mixed-precision model without LoRA; DataParallelEngine's compute_replica_).
+bool replica_in_compute_dtype(const ModelOptions& options, int zero_stage) {
+  return (zero_stage == 1 || zero_stage == 2) && !options.lora.enabled() &&
+         options.compute_dtype != DType::f32;
+}
+
 int64_t& category(MemoryByCategory& bytes, MemoryCategory c) {
   return bytes[static_cast<size_t>(c)];
 }
@@ -110,7 +117,8 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   const bool running_sum_here = data_rank == 0 && micro_batches > 1;
   const bool shards_offloaded = parallel.offload && zero_stage == 3;
   const DType gather_dtype = planned_gather_dtype(options);
-  const WeightSlotPlan slots = zero_stage == 3
+  const bool replica_in_compute = replica_in_compute_dtype(options, zero_stage);
+  const WeightSlotPlan slots = zero_stage == 3 || replica_in_compute
                                    ? planned_weight_slots(layouts, options, parallel.prefetch)
                                    : WeightSlotPlan{};
   const int64_t f32 = sizeof(float);
@@ -118,7 +126,12 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   for (int g = 0; g < plan.group_count(); ++g) {
     const GroupShard& s = plan.group(g);
     if (s.numel == 0) continue;
-    if (zero_stage == 1 || zero_stage == 2) report.weights += s.padded * f32;
+    if (replica_in_compute) {
+      report.weights += s.shard * f32;  // the master shard
+      report.workspace += static_cast<int64_t>(slots.groups[static_cast<size_t>(g)].bytes);
+    } else if (zero_stage == 1 || zero_stage == 2) {
+      report.weights += s.padded * f32;
+    }
     if (zero_stage == 3) {
       report.weights += shards_offloaded ? static_cast<int64_t>(offloaded_shard_bytes(
                                                slots.groups[static_cast<size_t>(g)], s,
@@ -227,10 +240,17 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
     add("data", "running-sum gather", Kind::all_gather, data_world, (m - 1) * padded * f32,
         true);
   }
-  // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back.
-  if ((zero_stage == 1 || zero_stage == 2) && shards > 1)
+  // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back
+  // (in mixed precision in the compute dtype, every group gathered, norms packed in f32).
+  if (replica_in_compute_dtype(options, zero_stage)) {
+    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
+    int64_t bytes = 0;
+    for (const SlotLayout& slot : slots.groups) bytes += slot.gather_bytes;
+    add("fsdp", "weight all-gather after the step", Kind::all_gather, shards, bytes, false);
+  } else if ((zero_stage == 1 || zero_stage == 2) && shards > 1) {
     add("fsdp", "weight all-gather after the step", Kind::all_gather, shards, padded * f32,
         false);
+  }
   if (zero_stage == 3) {
     const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
     add("fsdp", "weight all-gather", Kind::all_gather, shards,

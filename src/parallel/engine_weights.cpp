@@ -83,14 +83,56 @@ void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t cou
     forget_weight_slots();
     return;
   }
-  const Tensor target = stage_ == 3
-                            ? storage_[static_cast<size_t>(group)]
-                                  .weight_shard.as(DType::f32, Shape{s.shard})
-                                  .flat(first - lo, last - first)
-                            : model_weights(group).flat(first, last - first);
-  model_->backend().copy_from_host(target, values + (first - begin));
+  if (compute_replica_) {
+    // Every rank is handed the whole group: the replica takes all of it, the master shard
+    // its own part.
+    write_replica(group, first, last - first, values + (first - begin));
+    const int64_t shard_first = std::max(first, s.shard_begin);
+    const int64_t shard_last = std::min(last, s.shard_begin + s.shard_length);
+    if (shard_first < shard_last) {
+      model_->backend().copy_from_host(
+          optimizer_weights(group).flat(shard_first - s.shard_begin, shard_last - shard_first),
+          values + (shard_first - begin));
+    }
+  } else {
+    const Tensor target = stage_ == 3 ? optimizer_weights(group).flat(first - lo, last - first)
+                                      : model_weights(group).flat(first, last - first);
+    model_->backend().copy_from_host(target, values + (first - begin));
+  }
   if (stage_ == 3) forget_weight_slots();
   host_masters_stale_ = true;  // an offloaded optimizer re-reads its masters before the step
+}
+
+void DataParallelEngine::write_replica(int group, int64_t first, int64_t count,
+                                       const float* values) {
+  const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
+  const Buffer& replica = storage_[static_cast<size_t>(group)].replica;
+  const int64_t padded = plan_.group(group).padded;
+  Backend& backend = model_->backend();
+  // The values go up once in f32 and are cast there, as a publish casts the masters.
+  const Buffer staged_buffer(backend, static_cast<size_t>(count) * sizeof(float),
+                             MemoryCategory::communication);
+  const Tensor staged = staged_buffer.as(DType::f32, Shape{count});
+  backend.copy_from_host(staged, values);
+  if (!layout.compute) {
+    backend.copy(buffer_view(replica, DType::f32, 0, padded).flat(first, count), staged);
+    if (layout.cast_locally) {
+      backend.cast(staged, buffer_view(replica, gather_dtype_, layout.compute_offset, padded)
+                               .flat(first, count));
+    }
+    return;
+  }
+  backend.cast(staged,
+               buffer_view(replica, gather_dtype_, layout.compute_offset, padded).flat(first, count));
+  const Tensor f32 = buffer_view(replica, DType::f32, layout.f32_offset, layout.parts.f32_numel);
+  int64_t unpacked = 0;
+  for (const ComputeParts::Range& range : layout.parts.f32) {
+    const int64_t lo = std::max(first, range.offset);
+    const int64_t hi = std::min(first + count, range.offset + range.length);
+    if (lo < hi)
+      backend.copy(f32.flat(unpacked + (lo - range.offset), hi - lo), staged.flat(lo - first, hi - lo));
+    unpacked += range.length;
+  }
 }
 
 void DataParallelEngine::gather_weights(int group, float* host) {
@@ -162,7 +204,7 @@ void DataParallelEngine::gather_host_shards(int group, const Tensor& shard, floa
 void DataParallelEngine::gather_local_weights(int group, float* host) {
   const GroupShard& s = plan_.group(group);
   if (s.numel == 0) return;  // an empty group (LoRA's embedding and head groups)
-  if (stage_ != 3) {
+  if (!sharded_masters()) {
     model_->backend().copy_to_host(host, model_weights(group));
     return;
   }

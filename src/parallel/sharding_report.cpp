@@ -142,10 +142,12 @@ ShardingReport sharding_report(DataParallelEngine& engine) {
                     stage == 3, model.parameters().dtype(), false, stage == 3 ? "w" : "", fsdp,
                     tp, rows);
   }
+  // Stages 1-2 in mixed precision shard the f32 master too (the compute-dtype copy is whole).
   static const std::array<const char*, 4> kTrainableSplit = {"", "o", "g,o", "w,g,o"};
+  const char* split = engine.compute_replica() ? (stage == 1 ? "w,o" : "w,g,o")
+                                               : kTrainableSplit[static_cast<size_t>(stage)];
   describe_layout(model.trainable().layout(), model.full_trainable_layout(), engine.plan(),
-                  stage == 3, DType::f32, true, kTrainableSplit[static_cast<size_t>(stage)], fsdp,
-                  tp, rows);
+                  stage == 3, DType::f32, true, split, fsdp, tp, rows);
 
   ShardingReport report;
   report.json["mesh"] = {{"world", mesh.world().size()},

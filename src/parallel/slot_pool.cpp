@@ -11,10 +11,9 @@ SlotPool::SlotPool(Backend& backend, int count, size_t bytes) {
   for (Slot& slot : slots_) slot.buffer = Buffer(backend, bytes, MemoryCategory::communication);
 }
 
-Tensor SlotPool::view(int s, DType dtype, size_t byte_offset, int64_t elements) const {
-  const Buffer& buffer = slots_[static_cast<size_t>(s)].buffer;
+Tensor buffer_view(const Buffer& buffer, DType dtype, size_t byte_offset, int64_t elements) {
   const size_t end = byte_offset + static_cast<size_t>(elements) * dtype_size(dtype);
-  ANVIL_CHECK(end <= buffer.bytes(), "[parallel] slot of {} bytes cannot hold {} bytes at {}",
+  ANVIL_CHECK(end <= buffer.bytes(), "[parallel] a buffer of {} bytes cannot hold {} bytes at {}",
               buffer.bytes(), end - byte_offset, byte_offset);
   const int64_t offset = static_cast<int64_t>(byte_offset / dtype_size(dtype));
   return buffer.as(dtype, Shape{static_cast<int64_t>(buffer.bytes() / dtype_size(dtype))})

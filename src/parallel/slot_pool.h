@@ -21,6 +21,9 @@
 
 namespace anvil {
 
+// Returns `elements` of `dtype` starting `byte_offset` bytes into `buffer` (checked).
+Tensor buffer_view(const Buffer& buffer, DType dtype, size_t byte_offset, int64_t elements);
+
 class SlotPool {
  public:
   SlotPool() = default;
@@ -34,7 +37,10 @@ class SlotPool {
   // Returns the first `elements` of slot s as f32.
   Tensor tensor(int s, int64_t elements) const { return view(s, DType::f32, 0, elements); }
   // Returns `elements` of `dtype` starting `byte_offset` bytes into slot s.
-  Tensor view(int s, DType dtype, size_t byte_offset, int64_t elements) const;
+  Tensor view(int s, DType dtype, size_t byte_offset, int64_t elements) const {
+    return buffer_view(buffer(s), dtype, byte_offset, elements);
+  }
+  const Buffer& buffer(int s) const { return slots_[static_cast<size_t>(s)].buffer; }
   // Returns the slot that holds (or is receiving) `group`, or -1.
   int find(int group) const;
   // Returns a slot for `group`, neither in use nor pending, forgetting what it held; waits for

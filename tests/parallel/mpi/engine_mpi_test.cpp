@@ -88,10 +88,15 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{3, 2, false, 2, 2}));
 
 // Mixed precision: stage 3 gathers each rank's shard cast to bf16 (norms and the embedding
-// table in f32) into transient slots; casting is element-wise, so still bit for bit.
+// table in f32) into transient slots, and stages 1-2 publish the updated shards the same way
+// into a bf16 replica; casting is element-wise, so still bit for bit.
 INSTANTIATE_TEST_SUITE_P(
     Bf16, DistributedEqualsOneProcess,
-    ::testing::Values(MeshCase{3, 1, true, 0, 0, 0, DType::bf16},
+    ::testing::Values(MeshCase{1, 1, true, 0, 0, 0, DType::bf16},
+                      MeshCase{1, 2, false, 0, 0, 0, DType::bf16},
+                      MeshCase{2, 2, true, 0, 0, 0, DType::bf16},
+                      MeshCase{2, 1, true, 2, 2, 0, DType::bf16},
+                      MeshCase{3, 1, true, 0, 0, 0, DType::bf16},
                       MeshCase{3, 2, false, 0, 0, 0, DType::bf16},
                       MeshCase{2, 1, false, 0, 0, 0, DType::bf16},
                       MeshCase{3, 2, true, 2, 2, 0, DType::bf16}));
@@ -103,6 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     Offload, DistributedEqualsOneProcess,
     ::testing::Values(MeshCase{1, 2, true, 0, 0, 0, DType::f32, true},
+                      MeshCase{2, 2, false, 0, 0, 0, DType::bf16, true},
                       MeshCase{3, 2, false, 0, 0, 0, DType::f32, true},
                       MeshCase{3, 1, true, 0, 0, 0, DType::bf16, true},
                       MeshCase{3, 2, false, 0, 0, 0, DType::bf16, true},

@@ -56,6 +56,16 @@ std::vector<PlanCase> plan_cases() {
   offload_tied.offload = true;
   offload_tied.grad_accum = 2;
   cases.push_back({"stage 3 tied bf16, prefetch 2, offload", offload_tied});
+  RunSpec stage1_bf16;  // the replica in bf16 beside an f32 master shard
+  stage1_bf16.zero_stage = 1;
+  stage1_bf16.dtype = DType::bf16;
+  stage1_bf16.grad_accum = 2;
+  cases.push_back({"stage 1 tied bf16", stage1_bf16});
+  RunSpec stage2_bf16 = stage1_bf16;
+  stage2_bf16.zero_stage = 2;
+  stage2_bf16.tied = false;
+  stage2_bf16.offload = true;
+  cases.push_back({"stage 2 untied bf16, offload", stage2_bf16});
   RunSpec offload_stage1;
   offload_stage1.zero_stage = 1;
   offload_stage1.offload = true;
