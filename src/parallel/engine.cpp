@@ -163,9 +163,9 @@ void DataParallelEngine::allocate_state(int micro_batches) {
       weight_pools_[k] = SlotPool(backend, slot_plan_.count[k], slot_plan_.bytes[k]);
   }
   if (stage_ >= 2) {
-    const GradientSlotPlan gradient_slots = plan_gradient_slots(model_->config(), plan_);
+    gradient_plan_ = plan_gradient_slots(model_->config(), plan_);
     for (int k = 0; k < 2; ++k)
-      gradient_pools_[k] = SlotPool(backend, gradient_slots.count[k], gradient_slots.elements[k]);
+      gradient_pools_[k] = SlotPool(backend, gradient_plan_.count[k], gradient_plan_.elements[k]);
     if (micro_batches > 1) running_sum_slot_ = SlotPool(backend, 1, plan_.max_padded());
   }
 }

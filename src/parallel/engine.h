@@ -252,11 +252,14 @@ class DataParallelEngine final : private GroupHooks {
     size_t bytes = 0;           // the end of the last area
     int64_t gather_bytes = 0;   // what one gather of the group moves (all areas)
   };
-  // The stage-3 weight slots: a pool per kind (0: layer groups, 1: the embedding and head
-  // groups), each slot sized for the largest group of its kind; the engine allocates and
-  // `anvil plan` counts exactly these.
+  // The stage-3 weight slots: two pools, each slot sized for the largest group it serves;
+  // the engine allocates and `anvil plan` counts exactly these. Pool 0 serves the layers and
+  // every embedding or head group that fits in a layer slot (a slot of its own would sit idle
+  // while the layers run; FSDP2's caching allocator reuses that memory the same way); pool 1
+  // the larger ones and a tied embedding, pinned for the whole pass.
   struct WeightSlotPlan {
     std::vector<SlotLayout> groups;
+    std::vector<int> pool;  // per group: the pool it is gathered into
     std::array<size_t, 2> bytes{};
     std::array<int, 2> count{};
   };
@@ -268,18 +271,26 @@ class DataParallelEngine final : private GroupHooks {
                                           const ParameterLayout& layout, const ShardPlan& plan,
                                           const ShardPlan* frozen_plan, DType frozen_dtype,
                                           DType gather_dtype, int prefetch);
-  // Returns the slot kind of `group` (0: a layer, 1: the embedding or the head).
+  // Returns the kind of `group` (0: a layer, 1: the embedding or the head).
   static int slot_kind(const LlamaConfig& config, int group);
-  // The full-gradient slots of stages 2-3, a pool per kind, each slot sized for the largest
-  // padded group of its kind (elements): layers, the one in backward and one whose
-  // reduce-scatter is in flight; embedding and head, the head (and with tied embeddings the
-  // table, bound from the fused head to the end of the pass). None for a kind without
+  // The full-gradient slots of stages 2-3, two pools, each slot sized for the largest padded
+  // group it serves (elements). Pool 0: two slots (the group in backward and one whose
+  // reduce-scatter is in flight) for the layers and every embedding or head group that fits;
+  // pool 1: the larger ones (one slot; with tied embeddings also the table's, bound from the
+  // fused head to the end of the pass, which always has its own). No slot for a group without
   // trainable elements (LoRA's embedding and head).
   struct GradientSlotPlan {
+    std::vector<int> pool;  // per group: the pool its gradient is reduced from
     std::array<int64_t, 2> elements{};
     std::array<int, 2> count{};
   };
   static GradientSlotPlan plan_gradient_slots(const LlamaConfig& config, const ShardPlan& plan);
+  // Assigns each group with a slot of `sizes[g]` (0: none) to a pool: pool 0 for the layers
+  // and each embedding or head group no larger than the largest layer, pool 1 for the rest and
+  // a tied embedding; sets the slots pool 1 needs. Returns the largest size in each pool.
+  static std::array<int64_t, 2> assign_pools(const LlamaConfig& config,
+                                             const std::vector<int64_t>& sizes,
+                                             std::vector<int>& pool, int& outer_slots);
   // Stage 3 with offload: the staging slots a reduced gradient shard waits in for its copy to
   // the host, as many per kind as the gradient slots (each sized for the kind's largest shard).
   static GradientSlotPlan plan_shard_staging(const LlamaConfig& config, const ShardPlan& plan);
@@ -403,12 +414,14 @@ class DataParallelEngine final : private GroupHooks {
   // Returns whether `group` is among the next `prefetch` uses of the pass.
   bool in_prefetch_window(int group) const;
   void prefetch_next_weights();
-  SlotPool& weight_pool(int group) { return weight_pools_[slot_kind(model_->config(), group)]; }
-  const SlotPool& weight_pool(int group) const {
-    return weight_pools_[slot_kind(model_->config(), group)];
+  SlotPool& weight_pool(int group) { return weight_pools_[weight_pool_of(group)]; }
+  const SlotPool& weight_pool(int group) const { return weight_pools_[weight_pool_of(group)]; }
+  SlotPool& gradient_pool(int group) { return gradient_pools_[gradient_pool_of(group)]; }
+  size_t weight_pool_of(int group) const {
+    return static_cast<size_t>(slot_plan_.pool[static_cast<size_t>(group)]);
   }
-  SlotPool& gradient_pool(int group) {
-    return gradient_pools_[slot_kind(model_->config(), group)];
+  size_t gradient_pool_of(int group) const {
+    return static_cast<size_t>(gradient_plan_.pool[static_cast<size_t>(group)]);
   }
   void wait_weight_slots();
   void forget_weight_slots();
@@ -478,10 +491,11 @@ class DataParallelEngine final : private GroupHooks {
   bool host_masters_stale_ = true;  // the device's weights were written since the last copy
   std::vector<bool> device_shard_stale_;  // shards_offloaded(): the host master is newer
   Buffer host_cast_staging_;  // shards_offloaded(): a master shard cast on the host
-  std::array<SlotPool, 2> shard_staging_;  // shards_offloaded(), by slot_kind
+  GradientSlotPlan gradient_plan_;     // stages 2-3
+  std::array<SlotPool, 2> shard_staging_;  // shards_offloaded(), by gradient pool
   SlotPool running_sum_source_;  // shards_offloaded(), grad_accum > 1: this rank's slice
-  std::array<SlotPool, 2> weight_pools_;  // stage 3, by slot_kind
-  std::array<SlotPool, 2> gradient_pools_;  // stages 2-3, by slot_kind
+  std::array<SlotPool, 2> weight_pools_;    // stage 3 (slot_plan_.pool)
+  std::array<SlotPool, 2> gradient_pools_;  // stages 2-3 (gradient_plan_.pool)
   SlotPool running_sum_slot_;
   std::unique_ptr<CommHandle> running_sum_gather_;
   std::vector<std::unique_ptr<CommHandle>> all_reduces_;  // stages 0-1

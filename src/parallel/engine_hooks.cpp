@@ -375,7 +375,7 @@ void DataParallelEngine::poll_reductions(bool wait_for_one) {
 Tensor DataParallelEngine::reduced_shard(const PendingReduction& p) const {
   const int64_t shard = plan_.group(p.group).shard;
   if (p.staging >= 0) {
-    return shard_staging_[static_cast<size_t>(slot_kind(model_->config(), p.group))].tensor(
+    return shard_staging_[gradient_pool_of(p.group)].tensor(
         p.staging, shard);
   }
   return storage_[static_cast<size_t>(p.group)].grad_shard.as(DType::f32, Shape{shard});
@@ -386,12 +386,12 @@ void DataParallelEngine::finish_reduction(const PendingReduction& p) {
   const int64_t length = plan_.group(p.group).shard_length;
   if (length > 0)
     model_->backend().copy_to_host(host_gradient(p.group).f32(), reduced_shard(p).flat(0, length));
-  shard_staging_[static_cast<size_t>(slot_kind(model_->config(), p.group))].set_in_use(p.staging,
+  shard_staging_[gradient_pool_of(p.group)].set_in_use(p.staging,
                                                                                         false);
 }
 
 int DataParallelEngine::take_shard_staging(int group) {
-  SlotPool& pool = shard_staging_[static_cast<size_t>(slot_kind(model_->config(), group))];
+  SlotPool& pool = shard_staging_[gradient_pool_of(group)];
   int slot = pool.take_without_waiting(group);
   while (slot < 0) {
     // Every staging slot of this kind holds a shard still on its way: finish the oldest

@@ -189,11 +189,15 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
       }
     } else {
       // As many reduce-scatters as the gradient slots let start before the oldest finishes:
-      // one per layer slot, and the head's and (tied) the table's, each of its own size.
+      // one per slot of pool 0 (at most its size), and pool 1's groups at their own sizes (the
+      // largest; with tied embeddings each of them, the table's slot being pinned).
       const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
-      int64_t outer = slots.elements[1];
-      if (config.tie_embeddings)
-        outer = plan.group(kEmbeddingGroup).padded + plan.group(head_group(config)).padded;
+      int64_t outer = 0;
+      for (int g = 0; g < plan.group_count(); ++g) {
+        if (slots.pool[static_cast<size_t>(g)] != 1) continue;
+        const int64_t padded = plan.group(g).padded;
+        outer = config.tie_embeddings ? outer + padded : std::max(outer, padded);
+      }
       report.collective_staging =
           receive_buffers * (slots.count[0] * slots.elements[0] + outer) / data_world * f32;
     }

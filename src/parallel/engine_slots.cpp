@@ -81,28 +81,51 @@ DataParallelEngine::WeightSlotPlan DataParallelEngine::plan_weight_slots(
       if (fs.numel > 0)
         slot.gather_bytes += fs.padded * static_cast<int64_t>(dtype_size(frozen_dtype));
     }
-    const int kind = slot_kind(shard_config, g);
-    out.bytes[kind] = std::max(out.bytes[kind], slot.bytes);
     out.groups.push_back(std::move(slot));
   }
-  // Layers: the one in use and `prefetch` ahead. Embedding and head: the head, and the tied
-  // embedding pinned for the whole pass beside it.
-  out.count = {1 + prefetch, shard_config.tie_embeddings ? 2 : 1};
-  for (int k = 0; k < 2; ++k)
-    if (out.bytes[k] == 0) out.count[k] = 0;
+  std::vector<int64_t> sizes;
+  for (const SlotLayout& slot : out.groups) sizes.push_back(static_cast<int64_t>(slot.bytes));
+  const std::array<int64_t, 2> largest =
+      assign_pools(shard_config, sizes, out.pool, out.count[1]);
+  out.bytes = {static_cast<size_t>(largest[0]), static_cast<size_t>(largest[1])};
+  // Pool 0: the group in use and `prefetch` ahead.
+  out.count[0] = out.bytes[0] > 0 ? 1 + prefetch : 0;
   return out;
+}
+
+std::array<int64_t, 2> DataParallelEngine::assign_pools(const LlamaConfig& config,
+                                                        const std::vector<int64_t>& sizes,
+                                                        std::vector<int>& pool,
+                                                        int& outer_slots) {
+  const int groups = static_cast<int>(sizes.size());
+  std::array<int64_t, 2> largest{};
+  for (int g = 0; g < groups; ++g)
+    if (slot_kind(config, g) == 0) largest[0] = std::max(largest[0], sizes[g]);
+  pool.assign(sizes.size(), 0);
+  int outer = 0;
+  for (int g = 0; g < groups; ++g) {
+    if (slot_kind(config, g) == 0 || sizes[g] == 0) continue;
+    const bool pinned = config.tie_embeddings && g == kEmbeddingGroup;
+    if (!pinned && sizes[g] <= largest[0]) continue;  // shares the layer slots
+    pool[g] = 1;
+    largest[1] = std::max(largest[1], sizes[g]);
+    ++outer;
+  }
+  // The embedding and the head are in use at different times, except a tied embedding, which
+  // stays pinned while the head runs.
+  outer_slots = config.tie_embeddings ? outer : std::min(outer, 1);
+  return largest;
 }
 
 DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_gradient_slots(
     const LlamaConfig& config, const ShardPlan& plan) {
   GradientSlotPlan out;
-  for (int g = 0; g < plan.group_count(); ++g) {
-    if (plan.group(g).numel == 0) continue;
-    int64_t& most = out.elements[static_cast<size_t>(slot_kind(config, g))];
-    most = std::max(most, plan.group(g).padded);
-  }
-  out.count = {out.elements[0] > 0 ? 2 : 0,
-               out.elements[1] > 0 ? (config.tie_embeddings ? 2 : 1) : 0};
+  std::vector<int64_t> sizes;
+  for (int g = 0; g < plan.group_count(); ++g)
+    sizes.push_back(plan.group(g).numel > 0 ? plan.group(g).padded : 0);
+  out.elements = assign_pools(config, sizes, out.pool, out.count[1]);
+  // Pool 0: the group in backward and one whose reduce-scatter is in flight.
+  out.count[0] = out.elements[0] > 0 ? 2 : 0;
   return out;
 }
 
@@ -112,7 +135,7 @@ DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_shard_staging(
   out.elements = {};
   for (int g = 0; g < plan.group_count(); ++g) {
     if (plan.group(g).numel == 0) continue;
-    int64_t& most = out.elements[static_cast<size_t>(slot_kind(config, g))];
+    int64_t& most = out.elements[static_cast<size_t>(out.pool[static_cast<size_t>(g)])];
     most = std::max(most, plan.group(g).shard);
   }
   return out;
@@ -134,7 +157,7 @@ int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int m
   const std::vector<int> uses = stage3_weight_uses(config, true);
   size_t position = 0;
   auto pool = [&](int group) -> std::vector<Slot>& {
-    return pools[static_cast<size_t>(slot_kind(config, group))];
+    return pools[static_cast<size_t>(slots.pool[static_cast<size_t>(group)])];
   };
   auto find = [&](int group) {
     std::vector<Slot>& p = pool(group);

@@ -275,7 +275,8 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
     int64_t& end = group_elements[static_cast<size_t>(p.group)];
     end = (end + p.shape.numel() + 15) / 16 * 16;
   }
-  int64_t weights = 0, optimizer = 0, largest = 0, largest_layer = 0, largest_outer = 0;
+  int64_t weights = 0, optimizer = 0, largest = 0, largest_layer = 0;
+  std::vector<int64_t> outer_groups;  // the embedding's (group 0) and the head's (the last) sizes
   for (size_t g = 0; g < group_elements.size(); ++g) {
     const int64_t elements = group_elements[g];
     const int64_t unit = 16 * static_cast<int64_t>(world);
@@ -285,10 +286,21 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
     weights += 4 * shard;
     optimizer += 8 * std::clamp<int64_t>(elements - first, 0, shard);
     largest = std::max(largest, padded);
-    // Slots come per kind: layers, and the embedding (group 0) and head (the last group).
-    int64_t& of_kind = g == 0 || g + 1 == group_elements.size() ? largest_outer : largest_layer;
-    of_kind = std::max(of_kind, padded);
+    if (g == 0 || g + 1 == group_elements.size()) {
+      outer_groups.push_back(padded);
+    } else {
+      largest_layer = std::max(largest_layer, padded);
+    }
   }
+  // The embedding and head share the layer slots when they fit, except a tied embedding, which
+  // is pinned for the pass; the rest get slots of their own: one (tied: one each).
+  int64_t largest_outer = 0, outer = 0;
+  for (size_t i = 0; i < outer_groups.size(); ++i) {
+    if (!(spec.tied && i == 0) && outer_groups[i] <= largest_layer) continue;
+    largest_outer = std::max(largest_outer, outer_groups[i]);
+    ++outer;
+  }
+  if (!spec.tied) outer = std::min<int64_t>(outer, 1);
   EXPECT_TRUE(spec.zero_stage == 0 || spec.zero_stage == 3) << "stage 0 or 3 only";
   EXPECT_EQ(spec.dtype, DType::f32) << "f32 weight slots only";
   EXPECT_EQ(spec.lora_r, 0) << "no LoRA";
@@ -299,9 +311,9 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
                                                      spec.grad_accum > 1 ? 2 : 1);
   at(MemoryCategory::optimizer_state) = optimizer;
   at(MemoryCategory::activations) = static_cast<int64_t>(model.activation_bytes());
-  // Stage 3: weight slots (1 + prefetch layers, 1 or with tied embeddings 2 outer), gradient
-  // slots (2 layers, 1 or 2 outer), and with several micro-batches a running-sum slot.
-  const int64_t outer = spec.tied ? 2 : 1;
+  // Stage 3: weight slots (1 + prefetch of the layers' size, and the outer ones), gradient
+  // slots (2 of the layers' size and the outer ones), and with several micro-batches a
+  // running-sum slot.
   if (spec.zero_stage == 3)
     at(MemoryCategory::communication) =
         4 * ((1 + spec.prefetch) * largest_layer + outer * largest_outer) +
