@@ -69,6 +69,9 @@ struct RunSpec {
   AttentionSchedule attention;
   // ZeRO-3: groups gathered ahead of the one in use.
   int prefetch = 1;
+  // Gradient reductions: exact, or fast in reduce_dtype (f32 or bf16).
+  ReduceMode reduce = ReduceMode::exact;
+  DType reduce_dtype = DType::f32;
 
   ParallelSettings parallel_settings() const {
     ParallelSettings settings;
@@ -79,6 +82,8 @@ struct RunSpec {
     settings.sequence_parallel = sequence_parallel;
     settings.cp = cp;
     settings.prefetch = prefetch;
+    settings.reduce = reduce;
+    settings.reduce_dtype = reduce_dtype;
     return settings;
   }
 
