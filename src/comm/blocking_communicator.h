@@ -4,7 +4,8 @@
 // reductions then wait where they start, so a trace shows the whole communication as exposed.
 // Point-to-point transfers stay asynchronous (a ring of blocking sends could deadlock).
 // Results are bitwise those of the overlapped run for ordered_sum, max and the byte moves
-// (communicator.h); the engine reduces only with ordered_sum.
+// (communicator.h), so for the engine's exact reductions; its fast ones (ReduceOp::sum) may
+// differ from the overlapped run's in the last bits.
 #pragma once
 
 #include <memory>

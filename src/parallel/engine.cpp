@@ -52,7 +52,9 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
       tied_(model.config().tie_embeddings),
       plan_(model.trainable().layout(), mesh.data_world(), mesh.shard_count(), mesh.data_rank()),
       lora_(model.lora_enabled()),
-      spans_(layout_decay_spans(model.trainable().layout())) {
+      spans_(layout_decay_spans(model.trainable().layout())),
+      fast_(mesh.reduce_mode() == ReduceMode::fast),
+      reduce_dtype_(reduction_dtype(mesh.reduce_mode(), mesh.reduce_dtype(), mesh.data_world())) {
   const TensorParallel& tp = model.options().tp;
   ANVIL_CHECK(tp.size == mesh.shape().tp && tp.rank == mesh.tp_index(),
               "[parallel] the model holds tp shard {} of {} but this rank is tp rank {} of {}; "
@@ -101,7 +103,8 @@ DataParallelEngine::~DataParallelEngine() {
 
 void DataParallelEngine::allocate_state(int micro_batches) {
   Backend& backend = model_->backend();
-  const bool running_sum_here = mesh_->data_rank() == 0 && micro_batches > 1;
+  // Exact sums keep a running sum of earlier micro-steps; fast ones accumulate in place.
+  const bool running_sum_here = !fast_ && mesh_->data_rank() == 0 && micro_batches > 1;
   const bool shards_offloaded = stage_ == 3 && mesh_->offload();
   const DType dtype = model_->parameters().dtype();
   compute_replica_ = (stage_ == 1 || stage_ == 2) && model_->binds_compute_weights();
@@ -140,13 +143,16 @@ void DataParallelEngine::allocate_state(int micro_batches) {
       st.grad_shard = zeroed_buffer(backend, s.shard, MemoryCategory::gradients);
     if (stage_ <= 1 && running_sum_here)
       st.grad_sum = zeroed_buffer(backend, s.numel, MemoryCategory::gradients);
+    if (stage_ <= 1 && reduce_dtype_ != DType::f32)
+      st.reduce_cast = Buffer(backend, static_cast<size_t>(s.numel) * dtype_size(reduce_dtype_),
+                              MemoryCategory::communication);
   }
   if (shards_offloaded) {
     device_shard_stale_.assign(static_cast<size_t>(plan_.group_count()), false);
     const GradientSlotPlan staging = plan_shard_staging(model_->config(), plan_);
     for (int k = 0; k < 2; ++k)
       shard_staging_[k] = SlotPool(backend, staging.count[k], staging.elements[k]);
-    if (micro_batches > 1)
+    if (!fast_ && micro_batches > 1)  // exact: the running sum goes back up
       running_sum_source_ = SlotPool(backend, 1, plan_.max_padded() / mesh_->data_world());
   }
   if (stage_ == 3) {
@@ -166,7 +172,15 @@ void DataParallelEngine::allocate_state(int micro_batches) {
     gradient_plan_ = plan_gradient_slots(model_->config(), plan_);
     for (int k = 0; k < 2; ++k)
       gradient_pools_[k] = SlotPool(backend, gradient_plan_.count[k], gradient_plan_.elements[k]);
-    if (micro_batches > 1) running_sum_slot_ = SlotPool(backend, 1, plan_.max_padded());
+    if (!fast_ && micro_batches > 1) running_sum_slot_ = SlotPool(backend, 1, plan_.max_padded());
+    for (size_t k = 0; fast_ && k < 2; ++k) {
+      scatter_scratch_plan_[k] = plan_scatter_scratch(gradient_plan_.elements[k],
+                                                      mesh_->data_world(), reduce_dtype_,
+                                                      micro_batches);
+      if (scatter_scratch_plan_[k].bytes > 0)
+        scatter_scratch_[k] =
+            SlotPool(backend, gradient_plan_.count[k], scatter_scratch_plan_[k].bytes);
+    }
   }
 }
 

@@ -38,6 +38,12 @@
 // first, so the result is that serial sum bit for bit at any world size and stage (one
 // process included). The loss is summed in the same order and the gradient norm is exact
 // (ExactSquareSum). Hence N processes reproduce one process with the same global batch.
+// Fast reductions (mesh.reduce_mode() == ReduceMode::fast, as PyTorch DDP / FSDP2 reduce):
+// stages 0-1 accumulate gradients locally and all-reduce each group once, in the last
+// micro-step; stages 2-3 reduce-scatter each micro-step's gradient and add it into the shard.
+// Both use ReduceOp::sum (the library's algorithm), in f32 or cast to mesh.reduce_dtype() and
+// back, so a step is repeatable on a fixed mesh but not equal to one process's bit for bit;
+// the loss sums and the gradient norm stay exact. Exact mode is what the paragraph above says.
 // Offload (mesh.offload(), engine_offload.cpp): the AdamW moments and f32 masters of this
 // rank's shard live in host memory and are stepped there (HostAdamW). Stages 0-2: the device
 // keeps the weights it computes with and its gradients. Stage 3 (DeepSpeed's offload_optimizer
@@ -101,7 +107,7 @@ struct PlannedMemory {
   int64_t weights = 0;       // f32 trainable weights (their shards under stage 3)
   int64_t gradients = 0;
   int64_t optimizer = 0;     // AdamW m and v
-  int64_t comm_buffers = 0;  // gather / reduce slots for whole groups (stages 2 and 3)
+  int64_t comm_buffers = 0;  // gather / reduce slots (stages 2-3), fast reduction scratch
   int64_t activations = 0;   // the model's activation arena
   int64_t workspace = 0;     // compute-dtype weight copies (mixed precision)
   // Not held at setup: the receive buffers of the ordered sums while they run (communication),
@@ -109,7 +115,8 @@ struct PlannedMemory {
   // 0-1 all-reduce every group's gradient and hold them until the micro-step ends; stages 2-3
   // have as many reduce-scatters in flight as the gradient slots allow: one per layer slot,
   // plus the head's (and with tied embeddings the table's) at their own sizes (measured on the
-  // tiny preset: up to exactly that, depending on timing). None with one data rank.
+  // tiny preset: up to exactly that, depending on timing). None with one data rank, nor for
+  // fast f32 reductions (the library's sums); fast bf16 ones stage bf16 copies and f32 totals.
   int64_t collective_staging = 0;
   // Offload (parallel.offload): what the host optimizer holds in host memory, by category:
   // AdamW moments, f32 masters and gradient copies of the shard (and, stage 3 with a bf16
@@ -300,6 +307,21 @@ class DataParallelEngine final : private GroupHooks {
                                       DType gather_dtype);
   // The byte offset of the packed f32 parts in such a shard.
   static size_t offloaded_packed_offset(const GroupShard& shard, DType gather_dtype);
+  // Returns the dtype gradients travel in: the reduce dtype `dtype` in fast mode with several
+  // data ranks, else f32 (exact sums are f32; one rank reduces nothing, so rounds nothing).
+  static DType reduction_dtype(ReduceMode mode, DType dtype, int data_world);
+  // Fast mode, stages 2-3: the scratch beside each gradient slot of `elements` (the largest
+  // padded group of its kind; elements / data_world per world slice): with a bf16 reduction
+  // the slot cast to bf16 and the bf16 slice received, and with several micro-batches the f32
+  // slice a later micro-step receives (or casts back) before adding it into the shard.
+  // Offsets in bytes; bytes is 0 when nothing is needed.
+  struct ScatterScratch {
+    size_t received_offset = 0;
+    size_t partial_offset = 0;
+    size_t bytes = 0;
+  };
+  static ScatterScratch plan_scatter_scratch(int64_t elements, int data_world, DType dtype,
+                                             int micro_batches);
   // One piece of a packed f32 gather: `length` elements at `group_offset` in the group, at
   // `unpacked_offset` in the unpacked parts.
   struct PackedPiece {
@@ -327,7 +349,25 @@ class DataParallelEngine final : private GroupHooks {
     Buffer grad_shard;    // stages 2-3: this rank's fsdp shard of the reduced gradient (not
                           // on the device when shards_offloaded())
     Buffer grad_sum;      // stages 0-1, world rank 0, several micro-batches: running sum
+    Buffer reduce_cast;   // stages 0-1, fast bf16 reduction: the gradient cast to bf16
     int optimizer_index = -1;  // this group's index in the AdamW groups; -1 when empty
+  };
+  // Where a gradient reduction's values go: the collective reduces `sent` into `received`
+  // (the same tensor for an all-reduce); once it completes, land_reduction brings `received`
+  // into the f32 `result`: cast back from the reduce dtype and, with `accumulate` (a fast
+  // micro-step after the first), added to what earlier micro-steps left there, by way of the
+  // f32 `partial`. Exact reductions receive straight into their result.
+  struct ReductionRoute {
+    Tensor sent;
+    Tensor received;
+    Tensor result;
+    Tensor partial;
+    bool accumulate = false;
+  };
+  // A gradient all-reduce in flight (stages 0-1).
+  struct PendingAllReduce {
+    std::unique_ptr<CommHandle> handle;
+    ReductionRoute route;
   };
   // A gradient reduction in flight (stages 2-3): the world reduce-scatter out of a slot,
   // then, with dp > 1, the gather of the world slices into the fsdp shard.
@@ -335,6 +375,7 @@ class DataParallelEngine final : private GroupHooks {
     int group = -1;
     int slot = -1;
     int staging = -1;  // shards_offloaded(): the staging slot the shard is reduced into
+    ReductionRoute route;
     std::unique_ptr<CommHandle> scatter;
     std::unique_ptr<CommHandle> assemble;
   };
@@ -430,6 +471,15 @@ class DataParallelEngine final : private GroupHooks {
   void start_running_sum_gather(int group);
   // Called when group g's gradient is complete: starts its reduction.
   void reduce_gradient(int group);
+  // Returns the op and the route of group g's reduction this micro-step: the all-reduce of
+  // its gradient `grad` (stages 0-1) or the reduce-scatter of `p` out of its gradient slot's
+  // `full` gradient.
+  ReduceOp reduce_op() const { return fast_ ? ReduceOp::sum : ReduceOp::ordered_sum; }
+  ReductionRoute all_reduce_route(int group, const Tensor& grad);
+  ReductionRoute scatter_route(const PendingReduction& p, const Tensor& full);
+  // shards_offloaded(): writes this rank's slice of group g's host gradient into `slice`.
+  void upload_host_gradient_slice(int group, const Tensor& slice);
+  void land_reduction(const ReductionRoute& route);
   // Advances reductions without blocking; with `wait_for_one`, first waits for the oldest
   // reduce-scatter (which frees its slot).
   void poll_reductions(bool wait_for_one);
@@ -498,7 +548,11 @@ class DataParallelEngine final : private GroupHooks {
   std::array<SlotPool, 2> gradient_pools_;  // stages 2-3 (gradient_plan_.pool)
   SlotPool running_sum_slot_;
   std::unique_ptr<CommHandle> running_sum_gather_;
-  std::vector<std::unique_ptr<CommHandle>> all_reduces_;  // stages 0-1
+  bool fast_ = false;                    // mesh.reduce_mode() == ReduceMode::fast
+  DType reduce_dtype_ = DType::f32;      // reduction_dtype(): what the gradients travel in
+  std::array<SlotPool, 2> scatter_scratch_;  // fast, stages 2-3: beside gradient slot s
+  std::array<ScatterScratch, 2> scatter_scratch_plan_;
+  std::vector<PendingAllReduce> all_reduces_;              // stages 0-1
   std::deque<PendingReduction> reductions_;                // stages 2-3
   std::vector<int> gradient_slot_of_;                      // group -> slot, or -1
   Pass pass_ = Pass::idle;

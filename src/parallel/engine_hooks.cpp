@@ -274,7 +274,8 @@ void DataParallelEngine::bind_gradient_slot(int group) {
 }
 
 void DataParallelEngine::start_running_sum_gather(int group) {
-  if (micro_step_ == 0 || plan_.group(group).numel == 0) return;
+  // Fast reductions add later micro-steps into the shard instead (scatter_route).
+  if (fast_ || micro_step_ == 0 || plan_.group(group).numel == 0) return;
   // World rank 0 adds the running sum (the serial sum of every earlier micro-batch) to its
   // own term, so it needs the whole group: each rank sends its reduced slice.
   const GroupShard& s = plan_.group(group);
@@ -283,10 +284,7 @@ void DataParallelEngine::start_running_sum_gather(int group) {
   if (shards_offloaded()) {
     // The running sum is on the host: this rank's slice of it goes back up for the gather.
     my_slice = running_sum_source_.tensor(0, s.slice);
-    model_->backend().fill_zero(my_slice);
-    const int64_t real = std::clamp<int64_t>(s.shard_length - begin, 0, s.slice);
-    if (real > 0)
-      model_->backend().copy_from_host(my_slice.flat(0, real), host_gradient(group).f32() + begin);
+    upload_host_gradient_slice(group, my_slice);
   } else {
     my_slice = storage_[static_cast<size_t>(group)]
                    .grad_shard.as(DType::f32, Shape{s.shard})
@@ -306,8 +304,13 @@ void DataParallelEngine::reduce_gradient(int group) {
     if (micro_step_ > 0 && st.grad_sum.data() != nullptr) {
       backend.add(st.grad_sum.as(DType::f32, grad.shape), grad, grad);
     }
-    if (data.size() > 1) {
-      all_reduces_.push_back(data.all_reduce_async(grad, ReduceOp::ordered_sum));
+    // Fast: the gradients of every micro-step add up in place (DDP's no_sync) and are
+    // reduced once, in the last.
+    const bool reduce_now = !fast_ || micro_step_ + 1 == options_.micro_batches;
+    if (data.size() > 1 && reduce_now) {
+      ReductionRoute route = all_reduce_route(group, grad);
+      std::unique_ptr<CommHandle> handle = data.all_reduce_async(route.sent, reduce_op());
+      all_reduces_.push_back({std::move(handle), std::move(route)});
     }
     return;
   }
@@ -315,7 +318,7 @@ void DataParallelEngine::reduce_gradient(int group) {
   const int slot = gradient_slot_of_[static_cast<size_t>(group)];
   ANVIL_CHECK(slot >= 0, "[parallel] group {} finished backward without a gradient slot", group);
   const Tensor full = gradient_pool(group).tensor(slot, s.padded);
-  if (micro_step_ > 0) {
+  if (running_sum_gather_) {  // exact, after micro-step 0
     running_sum_gather_->wait();
     running_sum_gather_.reset();
     if (data.rank() == 0) backend.add(running_sum_slot_.tensor(0, s.padded), full, full);
@@ -324,11 +327,69 @@ void DataParallelEngine::reduce_gradient(int group) {
   pending.group = group;
   pending.slot = slot;
   if (shards_offloaded()) pending.staging = take_shard_staging(group);
-  pending.scatter = data.reduce_scatter_async(
-      full, reduced_shard(pending).flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice),
-      ReduceOp::ordered_sum);
+  pending.route = scatter_route(pending, full);
+  pending.scatter =
+      data.reduce_scatter_async(pending.route.sent, pending.route.received, reduce_op());
   reductions_.push_back(std::move(pending));
   gradient_slot_of_[static_cast<size_t>(group)] = -1;
+}
+
+DataParallelEngine::ReductionRoute DataParallelEngine::all_reduce_route(int group,
+                                                                       const Tensor& grad) {
+  ReductionRoute route{grad, grad, grad, Tensor(), false};
+  if (reduce_dtype_ == DType::f32) return route;
+  route.sent = route.received = storage_[static_cast<size_t>(group)].reduce_cast.as(
+      reduce_dtype_, grad.shape);
+  model_->backend().cast(grad, route.sent);
+  return route;
+}
+
+void DataParallelEngine::upload_host_gradient_slice(int group, const Tensor& slice) {
+  const GroupShard& s = plan_.group(group);
+  const int64_t begin = static_cast<int64_t>(mesh_->dp_index()) * s.slice;
+  model_->backend().fill_zero(slice);
+  const int64_t real = std::clamp<int64_t>(s.shard_length - begin, 0, s.slice);
+  if (real > 0)
+    model_->backend().copy_from_host(slice.flat(0, real), host_gradient(group).f32() + begin);
+}
+
+DataParallelEngine::ReductionRoute DataParallelEngine::scatter_route(const PendingReduction& p,
+                                                                     const Tensor& full) {
+  const GroupShard& s = plan_.group(p.group);
+  const Tensor slice =
+      reduced_shard(p).flat(static_cast<int64_t>(mesh_->dp_index()) * s.slice, s.slice);
+  ReductionRoute route{full, slice, slice, Tensor(), false};
+  if (!fast_) return route;
+  // The scratch beside gradient slot p.slot (plan_scatter_scratch).
+  const size_t pool = gradient_pool_of(p.group);
+  const SlotPool& scratch = scatter_scratch_[pool];
+  const ScatterScratch& layout = scatter_scratch_plan_[pool];
+  const int slot = p.slot;
+  route.accumulate = micro_step_ > 0;
+  // Offloaded, the total of the earlier micro-steps is on the host: the slice it lands in
+  // starts from it.
+  if (route.accumulate && p.staging >= 0) upload_host_gradient_slice(p.group, slice);
+  if (route.accumulate)
+    route.partial = scratch.view(slot, DType::f32, layout.partial_offset, s.slice);
+  if (reduce_dtype_ != DType::f32) {
+    route.sent = scratch.view(slot, reduce_dtype_, 0, s.padded);
+    route.received = scratch.view(slot, reduce_dtype_, layout.received_offset, s.slice);
+    model_->backend().cast(full, route.sent);
+  } else if (route.accumulate) {
+    route.received = route.partial;
+  }
+  return route;
+}
+
+void DataParallelEngine::land_reduction(const ReductionRoute& route) {
+  Backend& backend = model_->backend();
+  Tensor values = route.received;
+  if (values.dtype != DType::f32) {
+    const Tensor into = route.accumulate ? route.partial : route.result;
+    backend.cast(values, into);
+    values = into;
+  }
+  if (route.accumulate) backend.add(route.result, values, route.result);
 }
 
 bool DataParallelEngine::scatter_pending() const {
@@ -339,7 +400,7 @@ bool DataParallelEngine::scatter_pending() const {
 
 void DataParallelEngine::poll_reductions(bool wait_for_one) {
   for (SlotPool& pool : weight_pools_) pool.poll();
-  for (auto& handle : all_reduces_) handle->test();
+  for (PendingAllReduce& reduce : all_reduces_) reduce.handle->test();
   // Scatters complete (as far as this rank knows) in FIFO order, and each starts its
   // assembling gather in that order, so every dp peer starts those gathers identically.
   bool waited = !wait_for_one;
@@ -352,6 +413,7 @@ void DataParallelEngine::poll_reductions(bool wait_for_one) {
         break;
       }
       p.scatter.reset();
+      land_reduction(p.route);
       gradient_pool(p.group).set_in_use(p.slot, false);
       if (mesh_->dp().size() > 1) {
         const GroupShard& s = plan_.group(p.group);
@@ -405,7 +467,10 @@ int DataParallelEngine::take_shard_staging(int group) {
 }
 
 void DataParallelEngine::finish_micro_step(bool last) {
-  for (auto& handle : all_reduces_) handle->wait();
+  for (PendingAllReduce& reduce : all_reduces_) {
+    reduce.handle->wait();
+    land_reduction(reduce.route);
+  }
   all_reduces_.clear();
   while (scatter_pending()) poll_reductions(true);
   for (PendingReduction& p : reductions_) {
@@ -416,9 +481,9 @@ void DataParallelEngine::finish_micro_step(bool last) {
     }
   }
   reductions_.clear();
-  if (stage_ >= 2 || last) return;
-  // Stages 0-1: rank 0 keeps the running sum; every rank starts the next micro-batch from
-  // zeroed gradients.
+  if (stage_ >= 2 || last || fast_) return;
+  // Stages 0-1, exact: rank 0 keeps the running sum; every rank starts the next micro-batch
+  // from zeroed gradients.
   Backend& backend = model_->backend();
   for (int g = 0; g < plan_.group_count(); ++g) {
     const Buffer& sum = storage_[static_cast<size_t>(g)].grad_sum;

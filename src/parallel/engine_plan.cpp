@@ -114,7 +114,11 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   const ShardPlan& plan = layouts.plan;
   const bool lora = options.lora.enabled();
   const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
-  const bool running_sum_here = data_rank == 0 && micro_batches > 1;
+  const bool fast = parallel.reduce == ReduceMode::fast;
+  const int data_world = shape.dp * shape.fsdp * shape.cp;
+  const DType reduced = reduction_dtype(parallel.reduce, parallel.reduce_dtype, data_world);
+  const int64_t reduced_size = static_cast<int64_t>(dtype_size(reduced));
+  const bool running_sum_here = !fast && data_rank == 0 && micro_batches > 1;
   const bool shards_offloaded = parallel.offload && zero_stage == 3;
   const DType gather_dtype = planned_gather_dtype(options);
   const bool replica_in_compute = replica_in_compute_dtype(options, zero_stage);
@@ -140,6 +144,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     }
     if (zero_stage >= 2 && !shards_offloaded) report.gradients += s.shard * f32;
     if (zero_stage <= 1 && running_sum_here) report.gradients += s.numel * f32;
+    if (zero_stage <= 1 && reduced != DType::f32) report.comm_buffers += s.numel * reduced_size;
     if (s.shard_length == 0) continue;
     longest_shard = std::max(longest_shard, s.shard_length);
     if (!parallel.offload) {
@@ -158,7 +163,8 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     }
     const GradientSlotPlan staging = plan_shard_staging(layouts.shard, plan);
     for (int k = 0; k < 2; ++k) report.comm_buffers += staging.count[k] * staging.elements[k] * f32;
-    if (micro_batches > 1) report.comm_buffers += plan.max_padded() / plan.world() * f32;
+    if (!fast && micro_batches > 1)  // exact: the running sum's slice goes back up
+      report.comm_buffers += plan.max_padded() / plan.world() * f32;
   }
   if (zero_stage == 3) {
     if (lora) {
@@ -172,20 +178,26 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   if (zero_stage >= 2) {
     const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
     for (int k = 0; k < 2; ++k) report.comm_buffers += slots.count[k] * slots.elements[k] * f32;
-    if (micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
+    if (!fast && micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
+    for (int k = 0; fast && k < 2; ++k) {
+      const ScatterScratch scratch =
+          plan_scatter_scratch(slots.elements[k], data_world, reduced, micro_batches);
+      report.comm_buffers += slots.count[k] * static_cast<int64_t>(scratch.bytes);
+    }
   }
-  const int data_world = shape.dp * shape.fsdp * shape.cp;
-  if (data_world > 1) {
+  // MPI runs exact sums and 16-bit ones as ordered sums; a fast f32 sum is the library's.
+  if (data_world > 1 && (!fast || reduced != DType::f32)) {
     // An ordered sum adds the contributions as they arrive (comm/mpi/mpi_handles.h): two
-    // receive buffers of the rank's slice, and for an all-reduce a copy of its own chunk
-    // (ranks > 0). Planned for the rank that holds the most (a run reports the peak over
-    // ranks): one above 0 with the largest chunk.
+    // receive buffers of the rank's slice, for a 16-bit sum f32 totals of the slice, and for
+    // an all-reduce a copy of its own chunk (ranks > 0). Planned for the rank that holds the
+    // most (a run reports the peak over ranks): one above 0 with the largest chunk.
     const int64_t receive_buffers = std::min(data_world - 1, 2);
+    const int64_t per_element = receive_buffers * reduced_size + (reduced_size < f32 ? f32 : 0);
     if (zero_stage <= 1) {
       for (int g = 0; g < plan.group_count(); ++g) {
         const int64_t numel = plan.group(g).numel;
         const int64_t chunk = (numel + data_world - 1) / data_world;
-        report.collective_staging += (receive_buffers + 1) * chunk * f32;
+        report.collective_staging += (per_element + reduced_size) * chunk;
       }
     } else {
       // As many reduce-scatters as the gradient slots let start before the oldest finishes:
@@ -199,7 +211,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
         outer = config.tie_embeddings ? outer + padded : std::max(outer, padded);
       }
       report.collective_staging =
-          receive_buffers * (slots.count[0] * slots.elements[0] + outer) / data_world * f32;
+          (slots.count[0] * slots.elements[0] + outer) / data_world * per_element;
     }
   }
   return report;
@@ -217,6 +229,9 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
   const int shards = shard_count(shape, zero_stage);  // the engine's fsdp() axis
   const int replicas = data_world / shards;          // and its dp() axis
   const int64_t m = micro_batches, f32 = sizeof(float);
+  const bool fast = parallel.reduce == ReduceMode::fast;
+  const int64_t reduced = static_cast<int64_t>(
+      dtype_size(reduction_dtype(parallel.reduce, parallel.reduce_dtype, data_world)));
   int64_t numel = 0, padded = 0, shard = 0;
   for (int g = 0; g < plan.group_count(); ++g) {
     const GroupShard& s = plan.group(g);
@@ -234,15 +249,19 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
   add("data", "token count and loss sums", Kind::all_gather, data_world,
       int64_t{data_world} * 8 * (1 + m), false);
   if (zero_stage <= 1) {
+    // Fast: the micro-steps accumulate locally and the last one reduces.
+    const int64_t reductions = fast ? 1 : m;
     if (data_world > 1)
-      add("data", "gradient all-reduce", Kind::all_reduce, data_world, m * numel * f32, true);
+      add("data", "gradient all-reduce", Kind::all_reduce, data_world,
+          reductions * numel * reduced, true);
   } else {
-    add("data", "gradient reduce-scatter", Kind::reduce_scatter, data_world, m * padded * f32,
-        true);
+    add("data", "gradient reduce-scatter", Kind::reduce_scatter, data_world,
+        m * padded * reduced, true);
     if (replicas > 1)
       add("dp", "gradient shard assembly", Kind::all_gather, replicas, m * shard * f32, true);
-    add("data", "running-sum gather", Kind::all_gather, data_world, (m - 1) * padded * f32,
-        true);
+    if (!fast)
+      add("data", "running-sum gather", Kind::all_gather, data_world, (m - 1) * padded * f32,
+          true);
   }
   // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back
   // (in mixed precision in the compute dtype, every group gathered, norms packed in f32).

@@ -141,6 +141,26 @@ DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_shard_staging(
   return out;
 }
 
+DType DataParallelEngine::reduction_dtype(ReduceMode mode, DType dtype, int data_world) {
+  return mode == ReduceMode::fast && data_world > 1 ? dtype : DType::f32;
+}
+
+DataParallelEngine::ScatterScratch DataParallelEngine::plan_scatter_scratch(int64_t elements,
+                                                                          int data_world,
+                                                                          DType dtype,
+                                                                          int micro_batches) {
+  ScatterScratch out;
+  const int64_t slice = elements / data_world;
+  const size_t reduced = dtype_size(dtype);
+  if (dtype != DType::f32) {
+    out.received_offset = static_cast<size_t>(elements) * reduced;
+    out.partial_offset = out.received_offset + static_cast<size_t>(slice) * reduced;
+  }
+  out.bytes = out.partial_offset;
+  if (micro_batches > 1) out.bytes += static_cast<size_t>(slice) * sizeof(float);
+  return out;
+}
+
 int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
                                                 const WeightSlotPlan& slots, int prefetch) {
   // The engine's pools as SlotPool::take_unclaimed keeps them: a slot not in use and not

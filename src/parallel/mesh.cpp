@@ -80,6 +80,12 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
               "tp > 1, got {}",
               settings.tp);
   ANVIL_CHECK(settings.cp >= 1, "[parallel] cp must be at least 1, got {}", settings.cp);
+  ANVIL_CHECK(settings.reduce_dtype == DType::f32 || settings.reduce_dtype == DType::bf16,
+              "[parallel] reduce_dtype must be f32 or bf16, got {}",
+              dtype_name(settings.reduce_dtype));
+  ANVIL_CHECK(settings.reduce_dtype == DType::f32 || settings.reduce == ReduceMode::fast,
+              "[parallel] reduce_dtype = bf16 needs reduce = fast (exact reductions are f32 "
+              "ordered sums)");
   // Messages name cp only when it is in use.
   const bool with_cp = settings.cp > 1;
   ANVIL_CHECK(world_size % (settings.tp * settings.cp) == 0,
@@ -189,9 +195,13 @@ std::string DeviceMesh::describe() const {
       shape_.cp > 1 && settings_.zero_stage > 0
           ? fmt::format(" (sharded over fsdp x cp = {})", shard_count())
           : std::string();
-  return fmt::format("world {} = dp {} x fsdp {} x tp {}{}, ZeRO stage {}{}{}", world_->size(),
+  const std::string reduce =
+      settings_.reduce == ReduceMode::fast
+          ? fmt::format(", fast {} reduce", dtype_name(settings_.reduce_dtype))
+          : std::string();
+  return fmt::format("world {} = dp {} x fsdp {} x tp {}{}, ZeRO stage {}{}{}{}", world_->size(),
                      shape_.dp, shape_.fsdp, shape_.tp, cp, settings_.zero_stage, shards,
-                     settings_.offload ? ", optimizer offload" : "");
+                     settings_.offload ? ", optimizer offload" : "", reduce);
 }
 
 }  // namespace anvil

@@ -28,6 +28,12 @@
 
 namespace anvil {
 
+// How the engine reduces gradients (docs/distributed.md section 5). exact: ordered sums after
+// every micro-step, bitwise equal to one process at any mesh. fast: the library's own
+// all-reduce (stages 0-1, once per step) or reduce-scatter (stages 2-3, once per micro-step),
+// optionally in bf16; repeatable on a fixed mesh, not equal across meshes.
+enum class ReduceMode { exact, fast };
+
 // The [parallel] settings as the user gave them; 0 for dp or fsdp means "work it out".
 struct ParallelSettings {
   int dp = 0;
@@ -38,6 +44,8 @@ struct ParallelSettings {
   int zero_stage = 0;  // 0 replicate, 1 shard optimizer state, 2 + gradients, 3 + weights
   bool offload = false;
   int prefetch = 1;  // ZeRO-3: groups gathered ahead of the one in use (>= 1)
+  ReduceMode reduce = ReduceMode::exact;
+  DType reduce_dtype = DType::f32;  // what fast reductions move: f32, or bf16 (fast only)
 };
 
 // Resolved axis sizes; dp * fsdp * tp * cp equals the world size.
@@ -89,6 +97,8 @@ class DeviceMesh {
   int zero_stage() const { return settings_.zero_stage; }
   bool offload() const { return settings_.offload; }
   int prefetch() const { return settings_.prefetch; }
+  ReduceMode reduce_mode() const { return settings_.reduce; }
+  DType reduce_dtype() const { return settings_.reduce_dtype; }
   // Returns this rank's index in data() and data()'s size (the engine's reduction and
   // sharding ranks; they equal sample_rank()/sample_world() when cp is 1).
   int data_rank() const { return data_->rank(); }
@@ -115,7 +125,8 @@ class DeviceMesh {
   // communicator; not of world(), which wraps a communicator the mesh does not own.
   void set_staging_allocator(Allocator* allocator);
   // Returns "world 4 = dp 2 x fsdp 2 x tp 1, ZeRO stage 3" (" x cp 2" after tp when cp > 1,
-  // and " (sharded over fsdp x cp = 4)" after the stage when ZeRO shards over cp too).
+  // " (sharded over fsdp x cp = 4)" after the stage when ZeRO shards over cp too, and
+  // ", fast f32 reduce" or ", fast bf16 reduce" at the end in fast mode).
   std::string describe() const;
 
  private:

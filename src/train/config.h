@@ -117,6 +117,10 @@ struct ParallelConfigSection {
   bool overlap = true;
   // Seconds a rank may wait inside one collective before the watchdog ends it (0: off).
   double collective_timeout_s = 600.0;
+  // Gradient reductions: "exact" (ordered sums, bitwise one process) or "fast" (the library's
+  // own all-reduce / reduce-scatter), in reduce_dtype "f32" or (fast only) "bf16".
+  std::string reduce = "exact";
+  std::string reduce_dtype = "f32";
 };
 
 struct CheckpointConfigSection {

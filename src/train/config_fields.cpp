@@ -98,6 +98,11 @@ const std::vector<ConfigField>& config_fields() {
                          "overlap collectives with compute (false: each completes where it starts)"),
       ANVIL_CONFIG_FIELD(parallel, collective_timeout_s,
                          "end a rank blocked this long in one collective (0: never)"),
+      ANVIL_CONFIG_FIELD(parallel, reduce,
+                         "gradient reductions: exact (bitwise one process) or fast (the "
+                         "library's all-reduce / reduce-scatter, repeatable on one mesh)"),
+      ANVIL_CONFIG_FIELD(parallel, reduce_dtype,
+                         "what fast reductions move: f32, or bf16 (needs reduce = fast)"),
       ANVIL_CONFIG_FIELD(checkpoint, every, "checkpoint every N steps (0: only at the end)"),
       ANVIL_CONFIG_FIELD(checkpoint, keep, "committed checkpoints to keep"),
       ANVIL_CONFIG_FIELD(checkpoint, on_error,

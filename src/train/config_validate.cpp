@@ -254,6 +254,14 @@ void validate_rest(const TrainConfig& config) {
               "[config] parallel.collective_timeout_s must be >= 0 seconds (0 disables the hang "
               "watchdog), got {}",
               config.parallel.collective_timeout_s);
+  ANVIL_CHECK(config.parallel.reduce == "exact" || config.parallel.reduce == "fast",
+              "[config] parallel.reduce must be exact or fast, got '{}'", config.parallel.reduce);
+  ANVIL_CHECK(config.parallel.reduce_dtype == "f32" || config.parallel.reduce_dtype == "bf16",
+              "[config] parallel.reduce_dtype must be f32 or bf16, got '{}'",
+              config.parallel.reduce_dtype);
+  ANVIL_CHECK(config.parallel.reduce_dtype == "f32" || config.parallel.reduce == "fast",
+              "[config] parallel.reduce_dtype = bf16 needs parallel.reduce = fast (exact "
+              "reductions are f32 ordered sums)");
   check_non_negative(config.checkpoint.every, "checkpoint.every");
   check_positive(config.checkpoint.keep, "checkpoint.keep");
   ANVIL_CHECK(config.checkpoint.on_error == "stop" || config.checkpoint.on_error == "continue",

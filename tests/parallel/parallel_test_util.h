@@ -82,6 +82,9 @@ struct RunSpec {
   // The backend every rank trains on; on a device backend ("sim") the mesh runs over the
   // device communicator, as the trainer's does.
   std::string backend = "cpu";
+  // Gradient reductions: exact, or fast in reduce_dtype (f32 or bf16).
+  ReduceMode reduce = ReduceMode::exact;
+  DType reduce_dtype = DType::f32;
 
   ParallelSettings parallel_settings() const {
     ParallelSettings settings;
@@ -93,6 +96,8 @@ struct RunSpec {
     settings.cp = cp;
     settings.prefetch = prefetch;
     settings.offload = offload;
+    settings.reduce = reduce;
+    settings.reduce_dtype = reduce_dtype;
     return settings;
   }
 

@@ -90,6 +90,8 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.prefetch",
                                              "parallel.overlap",
                                              "parallel.collective_timeout_s",
+                                             "parallel.reduce",
+                                             "parallel.reduce_dtype",
                                              "checkpoint.every",
                                              "checkpoint.keep",
                                              "checkpoint.on_error",
@@ -207,6 +209,28 @@ TEST(ConfigTest, ValidationNamesTheKey) {
   apply_config_override(config, "parallel.prefetch", "3");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
+}
+
+TEST(ConfigTest, ReduceModeAndDtypeAreCheckedAndReachTheParallelSettings) {
+  TrainConfig config;
+  EXPECT_EQ(parallel_settings_from(config.parallel).reduce, ReduceMode::exact);
+  EXPECT_EQ(parallel_settings_from(config.parallel).reduce_dtype, DType::f32);
+  apply_config_override(config, "parallel.reduce", "quick");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] parallel.reduce must be exact or fast, got 'quick'");
+  apply_config_override(config, "parallel.reduce", "exact");
+  apply_config_override(config, "parallel.reduce_dtype", "f16");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] parallel.reduce_dtype must be f32 or bf16, got 'f16'");
+  apply_config_override(config, "parallel.reduce_dtype", "bf16");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] parallel.reduce_dtype = bf16 needs parallel.reduce = fast (exact "
+            "reductions are f32 ordered sums)");
+  apply_config_override(config, "parallel.reduce", "fast");
+  EXPECT_EQ(error_of([&] { validate_config(config); }), "");
+  const ParallelSettings settings = parallel_settings_from(config.parallel);
+  EXPECT_EQ(settings.reduce, ReduceMode::fast);
+  EXPECT_EQ(settings.reduce_dtype, DType::bf16);
 }
 
 TEST(ConfigTest, DataSourcesParseFromTomlAndTheCommandLine) {

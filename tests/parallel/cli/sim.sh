@@ -7,7 +7,10 @@
 #     the overlapped run, on sim and on cpu;
 #  3b. two ranks on ZeRO-3 in bf16 (each rank casts its shard into a slot on the device and the
 #     group is gathered in bf16): identical on sim and on cpu;
-#  4. a device memory smaller than the model is an out-of-memory error naming the sizes.
+#  4. a device memory smaller than the model is an out-of-memory error naming the sizes;
+#  5. parallel.reduce = fast (the library's own sums) runs on two ranks: on cpu under ZeRO-3
+#     twice with the same metrics (repeatable on one mesh), on sim under ZeRO-1 with a bf16
+#     reduce and grad_accum 2.
 . "$(dirname "$0")/common.sh"
 STEPS="--training.steps=4"
 for backend in cpu sim; do
@@ -45,5 +48,17 @@ if ANVIL_SIM_MEMORY=64KiB "$ANVIL" train $TINY $STEPS --backend sim --run-dir "$
 fi
 expect "$WORK/oom.log" "\[sim\] out of device memory allocating [0-9]* bytes ([0-9]* of 65536 in use)" \
   "out-of-memory message"
+for run in 1 2; do
+  run_logged "$WORK/fast-$run.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $STEPS \
+    --parallel.zero_stage=3 --parallel.reduce=fast --run-dir "$WORK/fast-$run"
+  deterministic_metrics "$WORK/fast-$run" > "$WORK/fast-$run.metrics"
+done
+expect "$WORK/fast-1.log" "ZeRO stage 3, fast f32 reduce" "the mesh line names the fast reduce"
+expect "$WORK/fast-1.metrics" '"loss"' "the fast-reduce run logged losses"
+same_metrics fast-1 fast-2
+run_logged "$WORK/fast-bf16.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $STEPS \
+  --backend sim --training.grad_accum=2 --parallel.zero_stage=1 --parallel.reduce=fast \
+  --parallel.reduce_dtype=bf16 --run-dir "$WORK/fast-bf16"
+expect "$WORK/fast-bf16/metrics.jsonl" '"loss"' "the sim bf16-reduce run logged losses"
 echo "sim: metrics identical to cpu (1 process; 2 ranks ZeRO-1/2/3, ZeRO-3 bf16; overlap on and off);" \
-  "64KiB device: out of memory"
+  "64KiB device: out of memory; fast reduce repeatable on cpu, bf16 reduce on sim"

@@ -92,6 +92,29 @@ std::vector<PlanCase> plan_cases() {
   cp.cp = 2;
   cp.zero_stage = 2;
   cases.push_back({"cp 2", cp});
+  // Fast reductions: no running sums, stage 1 reduces once per step, bf16 halves the payload
+  // and adds cast buffers (and scratch beside the gradient slots under stage 3).
+  for (const int stage : {1, 3}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      RunSpec fast;
+      fast.zero_stage = stage;
+      fast.grad_accum = 2;
+      fast.reduce = ReduceMode::fast;
+      fast.reduce_dtype = dtype;
+      cases.push_back({"stage " + std::to_string(stage) + " fast " +
+                           std::string(dtype_name(dtype)) + " reduce",
+                       fast});
+    }
+  }
+  RunSpec hybrid_fast = hybrid;
+  hybrid_fast.reduce = ReduceMode::fast;
+  hybrid_fast.reduce_dtype = DType::bf16;
+  cases.push_back({"stage 3 dp 2 x fsdp 2, fast bf16 reduce", hybrid_fast, 4});
+  RunSpec offload_fast = offload;  // stage 3 bf16, offloaded, fast bf16 reduce
+  offload_fast.reduce = ReduceMode::fast;
+  offload_fast.reduce_dtype = DType::bf16;
+  offload_fast.grad_accum = 2;
+  cases.push_back({"stage 3 untied bf16, offload, fast bf16 reduce", offload_fast});
   return cases;
 }
 
