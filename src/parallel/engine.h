@@ -299,7 +299,7 @@ class DataParallelEngine final : private GroupHooks {
                                              const std::vector<int64_t>& sizes,
                                              std::vector<int>& pool, int& outer_slots);
   // Stage 3 with offload: the staging slots a reduced gradient shard waits in for its copy to
-  // the host, as many per kind as the gradient slots (each sized for the kind's largest shard).
+  // the host, as many per pool as the gradient slots (each sized for the pool's largest shard).
   static GradientSlotPlan plan_shard_staging(const LlamaConfig& config, const ShardPlan& plan);
   // Stage 3 with offload: the bytes of a group's device shard, what its gathers read: the
   // shard in the compute dtype followed by its packed f32 parts (layout.compute), else in f32.
@@ -311,7 +311,7 @@ class DataParallelEngine final : private GroupHooks {
   // data ranks, else f32 (exact sums are f32; one rank reduces nothing, so rounds nothing).
   static DType reduction_dtype(ReduceMode mode, DType dtype, int data_world);
   // Fast mode, stages 2-3: the scratch beside each gradient slot of `elements` (the largest
-  // padded group of its kind; elements / data_world per world slice): with a bf16 reduction
+  // padded group of its pool; elements / data_world per world slice): with a bf16 reduction
   // the slot cast to bf16 and the bf16 slice received, and with several micro-batches the f32
   // slice a later micro-step receives (or casts back) before adding it into the shard.
   // Offsets in bytes; bytes is 0 when nothing is needed.
@@ -344,8 +344,9 @@ class DataParallelEngine final : private GroupHooks {
   struct GroupStorage {
     Buffer replica;       // stages 1-2: the full (padded) weights, bound to the model (in
                           // mixed precision: the compute-dtype group, as a weight slot holds it)
-    Buffer weight_shard;  // stage 3: this rank's fsdp shard of the weights (f32; offloaded:
-                          // offloaded_shard_bytes, refreshed from the host master)
+    Buffer weight_shard;  // sharded_masters(): this rank's fsdp shard of the weights (f32;
+                          // stage 3 offloaded: offloaded_shard_bytes, refreshed from the host
+                          // master)
     Buffer grad_shard;    // stages 2-3: this rank's fsdp shard of the reduced gradient (not
                           // on the device when shards_offloaded())
     Buffer grad_sum;      // stages 0-1, world rank 0, several micro-batches: running sum

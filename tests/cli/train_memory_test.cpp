@@ -11,6 +11,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/memory_category.h"
 #include "model/llama_parameters.h"
@@ -39,7 +41,8 @@ std::map<std::string, int64_t> expected_state(int stage, int world, int rank) {
   for (const ConfigOverride& o : extract_config_overrides(args))
     apply_config_override(config, o.name, o.value);
   const auto layout = make_llama_layout(llama_config_from(config.model), false);
-  int64_t weights = 0, optimizer = 0, largest = 0, largest_layer = 0, largest_outer = 0;
+  int64_t weights = 0, optimizer = 0, largest = 0, largest_layer = 0;
+  std::vector<std::pair<int, int64_t>> outer_groups;  // the embedding's and the head's sizes
   for (int g = 0; g < layout->group_count(); ++g) {
     const int64_t n = layout->group_numel(g);
     const int64_t unit = world * kParameterAlignment;
@@ -49,17 +52,30 @@ std::map<std::string, int64_t> expected_state(int stage, int world, int rank) {
     weights += 4 * shard;
     optimizer += 8 * std::clamp<int64_t>(n - first, 0, shard);
     largest = std::max(largest, padded);
-    const bool outer = g == kEmbeddingGroup || g == layout->group_count() - 1;
-    int64_t& largest_of_kind = outer ? largest_outer : largest_layer;
-    largest_of_kind = std::max(largest_of_kind, padded);
+    if (g == kEmbeddingGroup || g == layout->group_count() - 1) {
+      outer_groups.push_back({g, padded});
+    } else {
+      largest_layer = std::max(largest_layer, padded);
+    }
   }
+  // The embedding and head share the layer slots when no larger than a layer, except a tied
+  // table (pinned for the pass); the others have one slot (tied: one each).
+  const bool tied = config.model.tie_embeddings;
+  int64_t largest_outer = 0, outer_slots = 0;
+  for (const auto& [g, padded] : outer_groups) {
+    if (!(tied && g == kEmbeddingGroup) && padded <= largest_layer) continue;
+    largest_outer = std::max(largest_outer, padded);
+    ++outer_slots;
+  }
+  if (!tied) outer_slots = std::min<int64_t>(outer_slots, 1);
   // Stage 0: world rank 0 keeps a running gradient sum over the micro-batches. Stage 3 (f32):
-  // weight and gradient slots per kind, two of the largest layer (weights: in use and
-  // prefetched; gradients: in backward and reducing) and two of the larger of the embedding
-  // and head (tied: the table and the head), and one running-sum slot of the largest group.
+  // weight and gradient slots, two of the largest layer (weights: in use and prefetched;
+  // gradients: in backward and reducing) and the outer ones, and one running-sum slot of the
+  // largest group.
   const int64_t gradients = stage == 0 && rank == 0 ? 2 * weights : weights;
   const int64_t communication =
-      stage == 3 ? 2 * (2 * 4 * largest_layer + 2 * 4 * largest_outer) + 4 * largest : 0;
+      stage == 3 ? 2 * (2 * 4 * largest_layer + outer_slots * 4 * largest_outer) + 4 * largest
+                 : 0;
   return {{"frozen_weights", 0},          {"trainable_weights", weights},
           {"gradients", gradients},       {"optimizer_state", optimizer},
           {"communication", communication}};

@@ -1,5 +1,6 @@
-// Issue 30 on the simulated device: at every ZeRO stage the gradient reductions (all-reduces,
-// reduce-scatters, running sums, shard assembly) and the stage-3 weight gathers run on device
+// Issue 30 on the simulated device: at every ZeRO stage, exact and fast, the gradient
+// reductions (all-reduces, reduce-scatters, running sums, shard assembly), the stage-3 weight
+// gathers and the stages 1-2 publishes run on device
 // memory without one copy through the host. SimBackend counts every copy between host and
 // device; a training step on N ranks must issue exactly the copies the model itself makes for
 // the same micro-batches without any engine (token uploads, loss read-back), plus, for now,
@@ -38,6 +39,19 @@ std::vector<SimCase> sim_cases() {
   bf16.dtype = DType::bf16;
   bf16.tied = false;
   cases.push_back({"stage 3 bf16 untied", bf16});
+  RunSpec replica = cases[1].spec;  // stage 1 publishes into a bf16 replica
+  replica.dtype = DType::bf16;
+  cases.push_back({"stage 1 bf16", replica});
+  // The library's own sums (parallel.reduce = fast), in f32 and through bf16 casts.
+  for (const int stage : {1, 3}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      RunSpec fast = cases[static_cast<size_t>(stage)].spec;
+      fast.reduce = ReduceMode::fast;
+      fast.reduce_dtype = dtype;
+      cases.push_back(
+          {"stage " + std::to_string(stage) + " fast " + std::string(dtype_name(dtype)), fast});
+    }
+  }
   return cases;
 }
 
