@@ -131,9 +131,10 @@ bool parse_moment_name(const std::string& name, int& which, int& group) {
 
 void write_model(DataParallelEngine& engine, const std::filesystem::path& dir) {
   const DeviceMesh& mesh = engine.mesh();
-  // The writer's tp group gathers every group with it, and under stage 3 so do the fsdp
-  // groups of those tp ranks.
-  if (mesh.data_rank() != 0 && !(engine.zero_stage() == 3 && mesh.dp_index() == 0)) return;
+  // The writer's tp group gathers every group with it, and where the f32 masters are sharded
+  // (stage 3; stages 1-2 in mixed precision) so do the fsdp groups of those tp ranks.
+  const bool sharded = engine.zero_stage() == 3 || engine.compute_replica();
+  if (mesh.data_rank() != 0 && !(sharded && mesh.dp_index() == 0)) return;
   const bool writer = mesh.world().rank() == 0;
   const ParameterLayout& layout = engine.model().full_trainable_layout();
   std::vector<std::vector<float>> groups(static_cast<size_t>(layout.group_count()));

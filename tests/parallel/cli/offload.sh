@@ -63,22 +63,27 @@ for variant in 1:f32 2:f32 3:f32 3:bf16; do
     fail "stage $stage $dtype: the device peak dropped by $drop bytes, not by the $saved the categories predict"
 done
 
-# Stage 3 in bf16 keeps its masters only on the host: a run resumed from its step-2
-# checkpoint equals a straight run without offload, and so do the checkpoint files.
-Z3="--backend sim --parallel.zero_stage=3 --training.dtype=bf16 --checkpoint.every=2 \
-  --training.eval_steps=0"
-run_logged "$WORK/z3-straight.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z3 \
-  --training.steps=4 --run-dir "$WORK/z3-straight"
-run_logged "$WORK/z3-resumed-1.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z3 \
-  --training.steps=2 --parallel.offload=true --run-dir "$WORK/z3-resumed"
-run_logged "$WORK/z3-resumed-2.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z3 \
-  --training.steps=4 --parallel.offload=true --run-dir "$WORK/z3-resumed"
-expect "$WORK/z3-resumed-2.log" "resumed from .*step-0000002" "the offloaded stage-3 run resumed"
-for run in z3-straight z3-resumed; do deterministic_metrics "$WORK/$run" > "$WORK/$run.metrics"; done
-same_metrics z3-straight z3-resumed
-for file in "$WORK/z3-straight/checkpoints/step-0000004"/*.safetensors; do
-  cmp -s "$file" "$WORK/z3-resumed/checkpoints/step-0000004/$(basename "$file")" ||
-    fail "stage 3: $(basename "$file") differs between the straight and the offloaded resumed run"
+# In bf16, stage 3 keeps its masters only on the host, and stage 1 keeps them sharded beside a
+# bf16 replica: a run resumed from its step-2 checkpoint with offload equals a straight run
+# without, and so do the checkpoint files.
+for stage in 1 3; do
+  Z="--backend sim --parallel.zero_stage=$stage --training.dtype=bf16 --checkpoint.every=2 \
+    --training.eval_steps=0"
+  straight="z$stage-bf16-straight"
+  resumed="z$stage-bf16-resumed"
+  run_logged "$WORK/$straight.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z \
+    --training.steps=4 --run-dir "$WORK/$straight"
+  run_logged "$WORK/$resumed-1.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z \
+    --training.steps=2 --parallel.offload=true --run-dir "$WORK/$resumed"
+  run_logged "$WORK/$resumed-2.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z \
+    --training.steps=4 --parallel.offload=true --run-dir "$WORK/$resumed"
+  expect "$WORK/$resumed-2.log" "resumed from .*step-0000002" "the offloaded stage-$stage run resumed"
+  for run in $straight $resumed; do deterministic_metrics "$WORK/$run" > "$WORK/$run.metrics"; done
+  same_metrics $straight $resumed
+  for file in "$WORK/$straight/checkpoints/step-0000004"/*.safetensors; do
+    cmp -s "$file" "$WORK/$resumed/checkpoints/step-0000004/$(basename "$file")" ||
+      fail "stage $stage: $(basename "$file") differs between the straight and the resumed run"
+  done
 done
 
 RUN="--checkpoint.every=2 --training.eval_steps=0"
