@@ -218,6 +218,13 @@ BpeTokenizerParts parts_from_json(const std::string& path, const std::string& co
                 path, unk);
   }
   parts.model = std::make_unique<BpeModel>(config, std::move(unit_vocab), merges);
+  // The post-processor's ids go into every encoding: each must name a token.
+  for (const std::vector<int32_t>* affix : {&parts.affixes.prefix, &parts.affixes.suffix}) {
+    for (const int32_t id : *affix) {
+      ANVIL_CHECK(static_cast<size_t>(id) < parts.id_to_token.size() && parts.id_assigned[id],
+                  "[tokenizer] {}: post_processor token id {} names no token", path, id);
+    }
+  }
   resolve_bos_eos(parts, path);
   return parts;
 }

@@ -9,6 +9,15 @@
 namespace anvil::tok {
 namespace {
 
+// Returns a post-processor's token id; a value that is not a non-negative 32-bit integer is an
+// error with the value as the file wrote it (never wrapped).
+int32_t token_id(const nlohmann::json& value, const std::string& file) {
+  ANVIL_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 &&
+                  value.get<int64_t>() < INT32_MAX,
+              "[tokenizer] {}: post_processor token id {} is out of range", file, value.dump());
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
 SpecialAffixes parse_template(const nlohmann::json& spec, const std::string& file) {
   const auto& single = spec.at("single");
   ANVIL_CHECK(single.is_array(), "[tokenizer] {}: TemplateProcessing 'single' must be a list",
@@ -32,7 +41,7 @@ SpecialAffixes parse_template(const nlohmann::json& spec, const std::string& fil
                 "[tokenizer] {}: TemplateProcessing uses '{}' but special_tokens lacks it", file,
                 name);
     auto& target = seen_sequence ? affixes.suffix : affixes.prefix;
-    for (const auto& id : specials[name].at("ids")) target.push_back(id.get<int32_t>());
+    for (const auto& id : specials[name].at("ids")) target.push_back(token_id(id, file));
   }
   ANVIL_CHECK(seen_sequence, "[tokenizer] {}: TemplateProcessing single template lacks $A", file);
   return affixes;
@@ -41,7 +50,7 @@ SpecialAffixes parse_template(const nlohmann::json& spec, const std::string& fil
 int32_t pair_id(const nlohmann::json& spec, const char* key, const std::string& file) {
   ANVIL_CHECK(spec.contains(key) && spec[key].is_array() && spec[key].size() == 2,
               "[tokenizer] {}: post_processor needs '{}' as [token, id]", file, key);
-  return spec[key][1].get<int32_t>();
+  return token_id(spec[key][1], file);
 }
 
 }  // namespace

@@ -37,5 +37,21 @@ TEST(HostileTokenizer, IdFarPastTheEntriesIsOutOfRangeBeforeAllocating) {
             "[tokenizer] t.json: token id 2000000000 is out of range for 2 vocab and added tokens");
 }
 
+TEST(HostileTokenizer, PostProcessorIdsAreInRangeAndNameTokens) {
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []})";
+  auto with_cls = [&](const std::string& id) {
+    return "{" + model + R"(, "post_processor": {"type": "BertProcessing", "cls": ["a", )" + id +
+           R"(], "sep": ["b", 1]}})";
+  };
+  // Past 32 bits: reported as written, not wrapped to 1.
+  EXPECT_EQ(error_of([&] { tok::load_hf_json("t.json", with_cls("4294967297")); }),
+            "[tokenizer] t.json: post_processor token id 4294967297 is out of range");
+  EXPECT_EQ(error_of([&] { tok::load_hf_json("t.json", with_cls("-1")); }),
+            "[tokenizer] t.json: post_processor token id -1 is out of range");
+  EXPECT_EQ(error_of([&] { tok::load_hf_json("t.json", with_cls("7")); }),
+            "[tokenizer] t.json: post_processor token id 7 names no token");
+  EXPECT_NO_THROW(tok::load_hf_json("t.json", with_cls("0")));
+}
+
 }  // namespace
 }  // namespace anvil
