@@ -112,7 +112,7 @@ void DataParallelEngine::allocate_state(int micro_batches) {
     gather_dtype_ = model_->binds_compute_weights() ? model_->options().compute_dtype : DType::f32;
     slot_plan_ = plan_weight_slots(model_->shard_config(), model_->trainable().layout(), plan_,
                                    lora_ ? &frozen_plan_ : nullptr, dtype, gather_dtype_,
-                                   mesh_->prefetch());
+                                   mesh_->prefetch(), mesh_->reshard_after_forward());
   }
   storage_.resize(static_cast<size_t>(plan_.group_count()));
   for (int g = 0; g < plan_.group_count(); ++g) {

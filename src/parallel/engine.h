@@ -273,11 +273,13 @@ class DataParallelEngine final : private GroupHooks {
   // Returns the slot plan of a rank holding `plan` (and with LoRA `frozen_plan`, in
   // `frozen_dtype`) of a model with `shard_config` and trainable `layout`; `gather_dtype` is
   // the compute dtype the layer groups travel in (f32: everything travels in f32);
-  // `prefetch` groups are gathered ahead of the one in use.
+  // `prefetch` groups are gathered ahead of the one in use; without `reshard_after_forward`
+  // every layer keeps a slot of its own for the whole step.
   static WeightSlotPlan plan_weight_slots(const LlamaConfig& shard_config,
                                           const ParameterLayout& layout, const ShardPlan& plan,
                                           const ShardPlan* frozen_plan, DType frozen_dtype,
-                                          DType gather_dtype, int prefetch);
+                                          DType gather_dtype, int prefetch,
+                                          bool reshard_after_forward);
   // Returns the kind of `group` (0: a layer, 1: the embedding or the head).
   static int slot_kind(const LlamaConfig& config, int group);
   // The full-gradient slots of stages 2-3, two pools, each slot sized for the largest padded

@@ -73,11 +73,12 @@ DType planned_gather_dtype(const ModelOptions& options) {
 // allocate_state).
 DataParallelEngine::WeightSlotPlan planned_weight_slots(const PlannedLayouts& layouts,
                                                         const ModelOptions& options,
-                                                        int prefetch) {
+                                                        const ParallelSettings& parallel) {
   const bool lora = options.lora.enabled();
   return DataParallelEngine::plan_weight_slots(
       layouts.shard, *layouts.trainable, layouts.plan, lora ? &layouts.frozen_plan : nullptr,
-      LlamaModel::frozen_base_dtype(options), planned_gather_dtype(options), prefetch);
+      LlamaModel::frozen_base_dtype(options), planned_gather_dtype(options), parallel.prefetch,
+      parallel.reshard_after_forward);
 }
 
 // Whether stages 1-2 hold the weights in the compute dtype beside sharded f32 masters (a
@@ -123,7 +124,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   const DType gather_dtype = planned_gather_dtype(options);
   const bool replica_in_compute = replica_in_compute_dtype(options, zero_stage);
   const WeightSlotPlan slots = zero_stage == 3 || replica_in_compute
-                                   ? planned_weight_slots(layouts, options, parallel.prefetch)
+                                   ? planned_weight_slots(layouts, options, parallel)
                                    : WeightSlotPlan{};
   const int64_t f32 = sizeof(float);
   int64_t longest_shard = 0;
@@ -266,7 +267,7 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
   // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back
   // (in mixed precision in the compute dtype, every group gathered, norms packed in f32).
   if (replica_in_compute_dtype(options, zero_stage)) {
-    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
+    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel);
     int64_t bytes = 0;
     for (const SlotLayout& slot : slots.groups) bytes += slot.gather_bytes;
     add("fsdp", "weight all-gather after the step", Kind::all_gather, shards, bytes, false);
@@ -275,7 +276,7 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
         false);
   }
   if (zero_stage == 3) {
-    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel.prefetch);
+    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel);
     add("fsdp", "weight all-gather", Kind::all_gather, shards,
         stage3_gather_bytes(layouts.shard, micro_batches, slots, parallel.prefetch), true);
   }

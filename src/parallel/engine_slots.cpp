@@ -39,7 +39,8 @@ std::vector<DataParallelEngine::PackedPiece> DataParallelEngine::packed_pieces(
 
 DataParallelEngine::WeightSlotPlan DataParallelEngine::plan_weight_slots(
     const LlamaConfig& shard_config, const ParameterLayout& layout, const ShardPlan& plan,
-    const ShardPlan* frozen_plan, DType frozen_dtype, DType gather_dtype, int prefetch) {
+    const ShardPlan* frozen_plan, DType frozen_dtype, DType gather_dtype, int prefetch,
+    bool reshard_after_forward) {
   WeightSlotPlan out;
   const int64_t f32 = sizeof(float);
   const int64_t dsize = static_cast<int64_t>(dtype_size(gather_dtype));
@@ -88,8 +89,15 @@ DataParallelEngine::WeightSlotPlan DataParallelEngine::plan_weight_slots(
   const std::array<int64_t, 2> largest =
       assign_pools(shard_config, sizes, out.pool, out.count[1]);
   out.bytes = {static_cast<size_t>(largest[0]), static_cast<size_t>(largest[1])};
-  // Pool 0: the group in use and `prefetch` ahead.
-  out.count[0] = out.bytes[0] > 0 ? 1 + prefetch : 0;
+  // Pool 0: the group in use and `prefetch` ahead; kept gathered, one slot for each of its
+  // groups, so that no slot is reused before the end of the step (least recently taken first
+  // picks a slot never taken before any other).
+  int kept = 0;
+  for (int g = 0; g < plan.group_count(); ++g)
+    kept += out.pool[static_cast<size_t>(g)] == 0 && sizes[static_cast<size_t>(g)] > 0 ? 1 : 0;
+  out.count[0] = out.bytes[0] == 0         ? 0
+                 : reshard_after_forward ? 1 + prefetch
+                                         : std::max(1 + prefetch, kept);
   return out;
 }
 

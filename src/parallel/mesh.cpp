@@ -86,6 +86,10 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
   ANVIL_CHECK(settings.reduce_dtype == DType::f32 || settings.reduce == ReduceMode::fast,
               "[parallel] reduce_dtype = bf16 needs reduce = fast (exact reductions are f32 "
               "ordered sums)");
+  ANVIL_CHECK(settings.reshard_after_forward || settings.zero_stage == 3,
+              "[parallel] reshard_after_forward = false needs zero_stage = 3 (only stage 3 "
+              "gathers weights), got stage {}",
+              settings.zero_stage);
   // Messages name cp only when it is in use.
   const bool with_cp = settings.cp > 1;
   ANVIL_CHECK(world_size % (settings.tp * settings.cp) == 0,

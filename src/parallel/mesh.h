@@ -44,6 +44,11 @@ struct ParallelSettings {
   int zero_stage = 0;  // 0 replicate, 1 shard optimizer state, 2 + gradients, 3 + weights
   bool offload = false;
   int prefetch = 1;  // ZeRO-3: groups gathered ahead of the one in use (>= 1)
+  // ZeRO-3 (FSDP2's reshard_after_forward): true frees each layer's gathered weights after its
+  // forward and gathers them again for backward; false keeps every layer gathered from its
+  // forward to the end of the step (one slot per layer; backward and later micro-batches
+  // gather nothing).
+  bool reshard_after_forward = true;
   ReduceMode reduce = ReduceMode::exact;
   DType reduce_dtype = DType::f32;  // what fast reductions move: f32, or bf16 (fast only)
 };
@@ -97,6 +102,7 @@ class DeviceMesh {
   int zero_stage() const { return settings_.zero_stage; }
   bool offload() const { return settings_.offload; }
   int prefetch() const { return settings_.prefetch; }
+  bool reshard_after_forward() const { return settings_.reshard_after_forward; }
   ReduceMode reduce_mode() const { return settings_.reduce; }
   DType reduce_dtype() const { return settings_.reduce_dtype; }
   // Returns this rank's index in data() and data()'s size (the engine's reduction and

@@ -112,6 +112,9 @@ struct ParallelConfigSection {
   bool offload = false;
   // ZeRO-3: parameter groups gathered ahead of the one in use (transient compute-dtype slots).
   int64_t prefetch = 1;
+  // ZeRO-3: free each layer's gathered weights after its forward (true), or keep every layer
+  // gathered until the step ends (false: backward gathers nothing, at one slot per layer).
+  bool reshard_after_forward = true;
   // Overlap collectives with compute (stage-3 prefetch, reductions in flight during backward);
   // false makes every collective complete where it starts (for measuring what overlap hides).
   bool overlap = true;

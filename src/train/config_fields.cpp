@@ -94,6 +94,10 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(parallel, prefetch,
                          "ZeRO-3: groups gathered ahead of the one in use (>= 1; each "
                          "holds one layer in the compute dtype)"),
+      ANVIL_CONFIG_FIELD(parallel, reshard_after_forward,
+                         "ZeRO-3: free each layer's gathered weights after its forward and "
+                         "gather again for backward (true), or keep every layer gathered to the "
+                         "end of the step (false: less traffic, one slot per layer)"),
       ANVIL_CONFIG_FIELD(parallel, overlap,
                          "overlap collectives with compute (false: each completes where it starts)"),
       ANVIL_CONFIG_FIELD(parallel, collective_timeout_s,

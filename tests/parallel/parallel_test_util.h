@@ -70,6 +70,8 @@ struct RunSpec {
   AttentionSchedule attention;
   // ZeRO-3: groups gathered ahead of the one in use.
   int prefetch = 1;
+  // ZeRO-3: false keeps every layer gathered from its forward to the end of the step.
+  bool reshard_after_forward = true;
   // Optimizer offload (parallel.offload): AdamW state and f32 masters (stage 3: and the
   // gradient shards) in host memory.
   bool offload = false;
@@ -95,6 +97,7 @@ struct RunSpec {
     settings.sequence_parallel = sequence_parallel;
     settings.cp = cp;
     settings.prefetch = prefetch;
+    settings.reshard_after_forward = reshard_after_forward;
     settings.offload = offload;
     settings.reduce = reduce;
     settings.reduce_dtype = reduce_dtype;

@@ -88,6 +88,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.zero_stage",
                                              "parallel.offload",
                                              "parallel.prefetch",
+                                             "parallel.reshard_after_forward",
                                              "parallel.overlap",
                                              "parallel.collective_timeout_s",
                                              "parallel.reduce",
@@ -208,6 +209,13 @@ TEST(ConfigTest, ValidationNamesTheKey) {
             "[config] parallel.prefetch must be 1..64 groups gathered ahead, got 0");
   apply_config_override(config, "parallel.prefetch", "3");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
+  apply_config_override(config, "parallel.reshard_after_forward", "false");
+  EXPECT_EQ(error_of([&] { validate_config(config); }),
+            "[config] parallel.reshard_after_forward = false needs parallel.zero_stage = 3 "
+            "(only stage 3 gathers weights), got stage 0");
+  apply_config_override(config, "parallel.zero_stage", "3");
+  EXPECT_EQ(error_of([&] { validate_config(config); }), "");
+  EXPECT_FALSE(parallel_settings_from(config.parallel).reshard_after_forward);
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
 }
 

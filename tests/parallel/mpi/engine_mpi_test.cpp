@@ -27,13 +27,15 @@ struct MeshCase {
   int lora_r = 0;  // > 0: LoRA adapters on a frozen base
   DType dtype = DType::f32;
   bool offload = false;  // the distributed run offloads; the reference does not
+  bool reshard_after_forward = true;  // stage 3: false keeps every layer gathered
 };
 
 std::string describe(const MeshCase& c) {
   return "stage " + std::to_string(c.stage) + ", grad_accum " + std::to_string(c.grad_accum) +
          (c.tied ? ", tied" : ", untied") + ", dp " + std::to_string(c.dp) + ", fsdp " +
          std::to_string(c.fsdp) + ", lora r " + std::to_string(c.lora_r) + ", " +
-         std::string(dtype_name(c.dtype)) + (c.offload ? ", offload" : "");
+         std::string(dtype_name(c.dtype)) + (c.offload ? ", offload" : "") +
+         (c.reshard_after_forward ? "" : ", kept gathered");
 }
 
 class DistributedEqualsOneProcess : public ::testing::TestWithParam<MeshCase> {};
@@ -51,6 +53,7 @@ TEST_P(DistributedEqualsOneProcess, LossCurveAndWeightsAreBitwiseEqual) {
   spec.lora_r = c.lora_r;
   spec.dtype = c.dtype;
   spec.offload = c.offload;
+  spec.reshard_after_forward = c.reshard_after_forward;
   Harness distributed(world, spec);
   distributed.init(spec.seed);
   const Curve got = ptest::run_steps(distributed, 0, kSteps);
@@ -62,6 +65,7 @@ TEST_P(DistributedEqualsOneProcess, LossCurveAndWeightsAreBitwiseEqual) {
   reference_spec.dp = 0;
   reference_spec.fsdp = 0;
   reference_spec.offload = false;
+  reference_spec.reshard_after_forward = true;
   reference_spec.grad_accum = c.grad_accum * world.size();
   Harness reference(*single, reference_spec);
   reference.init(spec.seed);
@@ -114,6 +118,17 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{3, 2, false, 0, 0, 0, DType::bf16, true},
                       MeshCase{3, 2, true, 2, 2, 0, DType::bf16, true},
                       MeshCase{3, 2, false, 0, 0, 4, DType::bf16, true}));
+
+// Stage 3 without resharding after forward (FSDP2's reshard_after_forward = False): every
+// layer stays gathered from its forward to the end of the step, so backward and the later
+// micro-batches read the slots the first forward filled; the bits cannot change.
+INSTANTIATE_TEST_SUITE_P(
+    KeptGathered, DistributedEqualsOneProcess,
+    ::testing::Values(MeshCase{3, 2, true, 0, 0, 0, DType::f32, false, false},
+                      MeshCase{3, 2, false, 0, 0, 0, DType::bf16, false, false},
+                      MeshCase{3, 2, true, 0, 0, 0, DType::bf16, true, false},
+                      MeshCase{3, 1, false, 0, 0, 4, DType::bf16, false, false},
+                      MeshCase{3, 2, true, 2, 2, 0, DType::bf16, false, false}));
 
 // LoRA on a frozen base (f32, or bf16 in a bf16 model), which ZeRO-3 shards too.
 INSTANTIATE_TEST_SUITE_P(

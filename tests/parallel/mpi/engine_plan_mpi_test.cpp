@@ -56,6 +56,12 @@ std::vector<PlanCase> plan_cases() {
   offload_tied.offload = true;
   offload_tied.grad_accum = 2;
   cases.push_back({"stage 3 tied bf16, prefetch 2, offload", offload_tied});
+  RunSpec kept = bf16;  // every layer keeps its slot from its forward to the end of the step
+  kept.reshard_after_forward = false;
+  cases.push_back({"stage 3 untied bf16, kept gathered", kept});
+  RunSpec kept_tied_offload = offload_tied;
+  kept_tied_offload.reshard_after_forward = false;
+  cases.push_back({"stage 3 tied bf16, prefetch 2, offload, kept gathered", kept_tied_offload});
   RunSpec stage1_bf16;  // the replica in bf16 beside an f32 master shard
   stage1_bf16.zero_stage = 1;
   stage1_bf16.dtype = DType::bf16;

@@ -7,13 +7,15 @@
 //            embeddings also the table held for the whole pass (see kPinnedTableBytes);
 //   traffic  the bytes each mesh axis counts in a step equal a formula written here from the
 //            group sizes alone: bf16 gathers of the layers (their f32 norms packed) in forward
-//            and again in backward, the embedding gathered in f32, an f32 reduce-scatter of
-//            every group, and the step's token count and loss sums.
+//            and again in backward (forward only when the layers stay gathered,
+//            parallel.reshard_after_forward = false), the embedding gathered in f32, an f32
+//            reduce-scatter of every group, and the step's token count and loss sums.
 // Neither side calls the engine's planner (engine_plan_mpi_test compares that with runs).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel_test_util.h"
@@ -127,9 +129,11 @@ int64_t gather_bytes(const ParameterLayout& layout, int group, int64_t padded) {
 TEST(Zero3BoundMpi, StepTrafficEqualsTheGatherAndReduceScatterFormula) {
   Communicator& world = anvil::world();
   if (world.size() != kRanks) GTEST_SKIP() << "the formula is written for 4 ranks";
-  for (const bool tied : {false, true}) {
-    SCOPED_TRACE(name_of(tied));
-    const RunSpec spec = bound_spec(tied);
+  for (const auto& [tied, reshard] : {std::pair{false, true}, std::pair{true, true},
+                                      std::pair{false, false}, std::pair{true, false}}) {
+    SCOPED_TRACE(name_of(tied) + (reshard ? "" : ", kept gathered"));
+    RunSpec spec = bound_spec(tied);
+    spec.reshard_after_forward = reshard;
     Harness harness(world, spec);
     harness.init(spec.seed);
     const ParameterLayout& layout = harness.model().full_trainable_layout();
@@ -146,12 +150,13 @@ TEST(Zero3BoundMpi, StepTrafficEqualsTheGatherAndReduceScatterFormula) {
     // layer, so it shares the two layer slots (the one in use and one prefetched): when
     // backward starts they hold the head and the last layer, and backward gathers every other
     // layer again; the embedding stays gathered (tied: pinned for the pass in a slot of its
-    // own) or is not read again (untied: its backward needs no weight).
+    // own) or is not read again (untied: its backward needs no weight). Kept gathered, every
+    // layer has a slot of its own and backward gathers nothing.
     int64_t gathers = gather_bytes(layout, kEmbeddingGroup, padded(kEmbeddingGroup)) +
                       gather_bytes(layout, head_group(config), padded(head_group(config)));
     for (int l = 0; l < layers; ++l) {
       const int g = layer_group(l);
-      gathers += gather_bytes(layout, g, padded(g)) * (l < layers - 1 ? 2 : 1);
+      gathers += gather_bytes(layout, g, padded(g)) * (reshard && l < layers - 1 ? 2 : 1);
     }
     // The token count (one int64 per rank) and the loss sum of the one micro-batch (one
     // double per rank), all-gathered over the data axis. The gradient norm's exchange runs on
