@@ -99,6 +99,9 @@ DataParallelEngine::~DataParallelEngine() {
   wait_weight_slots();
   model_->set_group_hooks(nullptr);
   if (model_->backend().device().is_cpu()) mesh_->set_staging_allocator(nullptr);
+  // With offload_params the weight shards are memory of the host optimizer's backend, which
+  // goes first among the members: they are freed before it.
+  storage_.clear();
 }
 
 void DataParallelEngine::allocate_state(int micro_batches) {
@@ -131,7 +134,9 @@ void DataParallelEngine::allocate_state(int micro_batches) {
       st.replica = zeroed_buffer(backend, s.padded, MemoryCategory::trainable_weights);
       model_->bind_trainable_weights(g, whole(st.replica));
     }
-    if (stage_ == 3 && shards_offloaded) {
+    if (stage_ == 3 && shards_offloaded && mesh_->offload_params()) {
+      // In host memory, allocated with the host optimizer (build_host_optimizer).
+    } else if (stage_ == 3 && shards_offloaded) {
       const size_t bytes =
           offloaded_shard_bytes(slot_plan_.groups[static_cast<size_t>(g)], s, gather_dtype_);
       st.weight_shard = Buffer(backend, bytes, MemoryCategory::trainable_weights);

@@ -180,6 +180,8 @@ class DataParallelEngine final : private GroupHooks {
   // True when, in addition, the gradient shards live in host memory and the device holds its
   // weight shard only in the gather dtype (stage 3 with offload).
   bool shards_offloaded() const { return offloaded() && stage_ == 3; }
+  // True when that weight shard is in host memory too (parallel.offload_params).
+  bool params_offloaded() const { return shards_offloaded() && mesh_->offload_params(); }
 
   // Weights in the whole model's coordinates: groups and element offsets of
   // model.full_trainable_layout() (the same as trainable().layout() without tensor

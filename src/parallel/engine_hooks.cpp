@@ -111,7 +111,29 @@ std::vector<std::unique_ptr<CommHandle>> DataParallelEngine::gather_group_into(
   if (s.numel > 0) {
     if (shards_offloaded()) upload_stale_shard(group);
     const Tensor shard = device_shard(group, DType::f32, 0, s.shard);
-    if (layout.compute && shards_offloaded()) {
+    if (params_offloaded()) {
+      // The shard is in host memory: this rank's parts go up into their places in the target
+      // and are gathered in place.
+      const int f = static_cast<int>(s.shard_begin / s.shard);
+      auto gather_own = [&](const Tensor& host_part, const Tensor& all, int64_t part) {
+        const Tensor own = all.flat(int64_t{f} * part, part);
+        model_->backend().copy_from_host(own, host_part.data);
+        gathers.push_back(fsdp.all_gather_async(own, all));
+      };
+      if (layout.compute) {
+        gather_own(device_shard(group, gather_dtype_, 0, s.shard),
+                   buffer_view(target, gather_dtype_, layout.compute_offset, s.padded), s.shard);
+        if (layout.packed > 0) {
+          gather_own(device_shard(group, DType::f32, offloaded_packed_offset(s, gather_dtype_),
+                                  layout.packed),
+                     buffer_view(target, DType::f32, layout.packed_offset,
+                                 int64_t{fsdp.size()} * layout.packed),
+                     layout.packed);
+        }
+      } else {
+        gather_own(shard, buffer_view(target, DType::f32, 0, s.padded), s.shard);
+      }
+    } else if (layout.compute && shards_offloaded()) {
       // The device shard is already in the compute dtype, its f32 parts packed behind it.
       gathers.push_back(fsdp.all_gather_async(
           device_shard(group, gather_dtype_, 0, s.shard),

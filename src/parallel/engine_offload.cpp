@@ -41,7 +41,18 @@ void DataParallelEngine::build_host_optimizer() {
   }
   host_optimizer_ = std::make_unique<HostAdamW>(groups, options_.hyper);
   host_masters_stale_ = !shards_offloaded();
-  if (shards_offloaded() && gather_dtype_ != DType::f32) {
+  if (params_offloaded()) {
+    // The shard the gathers read, in host memory: cast into from the master after each update.
+    for (int g = 0; g < plan_.group_count(); ++g) {
+      const GroupShard& s = plan_.group(g);
+      if (s.numel == 0) continue;
+      const size_t bytes =
+          offloaded_shard_bytes(slot_plan_.groups[static_cast<size_t>(g)], s, gather_dtype_);
+      Buffer& shard = storage_[static_cast<size_t>(g)].weight_shard;
+      shard = Buffer(host_optimizer_->backend(), bytes, MemoryCategory::trainable_weights);
+      std::fill_n(static_cast<char*>(shard.data()), bytes, 0);
+    }
+  } else if (shards_offloaded() && gather_dtype_ != DType::f32) {
     int64_t longest = 0;
     for (int g = 0; g < plan_.group_count(); ++g)
       longest = std::max(longest, plan_.group(g).shard_length);
@@ -77,25 +88,37 @@ void DataParallelEngine::upload_shard(int group) {
   device_shard_stale_[static_cast<size_t>(group)] = false;
   const GroupShard& s = plan_.group(group);
   if (s.shard_length == 0) return;  // all padding: zeros since allocation
-  Backend& device = model_->backend();
+  // With offload_params the shard is host memory: written in place, no staging, no upload.
+  Backend& host = host_optimizer_->backend();
+  const bool on_host = params_offloaded();
+  auto write = [&](const Tensor& dst, const void* src) {
+    if (on_host) {
+      std::copy_n(static_cast<const char*>(src), dst.nbytes(), static_cast<char*>(dst.data));
+    } else {
+      model_->backend().copy_from_host(dst, src);
+    }
+  };
   const float* master = host_master(group).f32();
   const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
   if (!layout.compute) {
-    device.copy_from_host(device_shard(group, DType::f32, 0, s.shard_length), master);
+    write(device_shard(group, DType::f32, 0, s.shard_length), master);
     return;
   }
-  const Tensor cast = host_cast_staging_.as(gather_dtype_, Shape{s.shard_length});
-  host_optimizer_->backend().cast(host_master(group), cast);
-  device.copy_from_host(device_shard(group, gather_dtype_, 0, s.shard_length), cast.data);
+  if (on_host) {
+    host.cast(host_master(group), device_shard(group, gather_dtype_, 0, s.shard_length));
+  } else {
+    const Tensor cast = host_cast_staging_.as(gather_dtype_, Shape{s.shard_length});
+    host.cast(host_master(group), cast);
+    write(device_shard(group, gather_dtype_, 0, s.shard_length), cast.data);
+  }
   // This rank's norm parts, packed as start_weight_gather gathers them.
   const int f = static_cast<int>(s.shard_begin / s.shard);
   const size_t packed = offloaded_packed_offset(s, gather_dtype_);
   int64_t at = 0;
   for (const PackedPiece& piece : packed_pieces(layout.parts, s.shard, f)) {
-    device.copy_from_host(
-        device_shard(group, DType::f32, packed + static_cast<size_t>(at) * sizeof(float),
-                     piece.length),
-        master + (piece.group_offset - s.shard_begin));
+    write(device_shard(group, DType::f32, packed + static_cast<size_t>(at) * sizeof(float),
+                       piece.length),
+          master + (piece.group_offset - s.shard_begin));
     at += piece.length;
   }
 }

@@ -137,11 +137,17 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     } else if (zero_stage == 1 || zero_stage == 2) {
       report.weights += s.padded * f32;
     }
-    if (zero_stage == 3) {
-      report.weights += shards_offloaded ? static_cast<int64_t>(offloaded_shard_bytes(
-                                               slots.groups[static_cast<size_t>(g)], s,
-                                               gather_dtype))
-                                         : s.shard * f32;
+    if (zero_stage == 3 && shards_offloaded) {
+      // What the gathers read: on the device, or with offload_params in host memory.
+      const auto bytes = static_cast<int64_t>(
+          offloaded_shard_bytes(slots.groups[static_cast<size_t>(g)], s, gather_dtype));
+      if (parallel.offload_params) {
+        category(report.host, MemoryCategory::trainable_weights) += bytes;
+      } else {
+        report.weights += bytes;
+      }
+    } else if (zero_stage == 3) {
+      report.weights += s.shard * f32;
     }
     if (zero_stage >= 2 && !shards_offloaded) report.gradients += s.shard * f32;
     if (zero_stage <= 1 && running_sum_here) report.gradients += s.numel * f32;
@@ -158,7 +164,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     category(report.host, MemoryCategory::gradients) += s.shard_length * f32;
   }
   if (shards_offloaded) {
-    if (gather_dtype != DType::f32) {
+    if (gather_dtype != DType::f32 && !parallel.offload_params) {  // the cast's staging
       category(report.host, MemoryCategory::workspace) =
           longest_shard * static_cast<int64_t>(dtype_size(gather_dtype));
     }

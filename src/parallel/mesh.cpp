@@ -86,6 +86,9 @@ MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
   ANVIL_CHECK(settings.reduce_dtype == DType::f32 || settings.reduce == ReduceMode::fast,
               "[parallel] reduce_dtype = bf16 needs reduce = fast (exact reductions are f32 "
               "ordered sums)");
+  ANVIL_CHECK(!settings.offload_params || (settings.offload && settings.zero_stage == 3),
+              "[parallel] offload_params needs offload = true and zero_stage = 3 (the weight "
+              "shard moves to the host with the optimizer's)");
   ANVIL_CHECK(settings.reshard_after_forward || settings.zero_stage == 3,
               "[parallel] reshard_after_forward = false needs zero_stage = 3 (only stage 3 "
               "gathers weights), got stage {}",
@@ -205,7 +208,9 @@ std::string DeviceMesh::describe() const {
           : std::string();
   return fmt::format("world {} = dp {} x fsdp {} x tp {}{}, ZeRO stage {}{}{}{}", world_->size(),
                      shape_.dp, shape_.fsdp, shape_.tp, cp, settings_.zero_stage, shards,
-                     settings_.offload ? ", optimizer offload" : "", reduce);
+                     settings_.offload_params ? ", optimizer and parameter offload"
+                     : settings_.offload    ? ", optimizer offload"
+                                            : "", reduce);
 }
 
 }  // namespace anvil

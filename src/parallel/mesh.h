@@ -43,6 +43,9 @@ struct ParallelSettings {
   bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
   int zero_stage = 0;  // 0 replicate, 1 shard optimizer state, 2 + gradients, 3 + weights
   bool offload = false;
+  // Stage 3 with offload (DeepSpeed's offload_param): the weight shard the gathers read lives
+  // in host memory too; each gather first uploads this rank's part into its place in the slot.
+  bool offload_params = false;
   int prefetch = 1;  // ZeRO-3: groups gathered ahead of the one in use (>= 1)
   // ZeRO-3 (FSDP2's reshard_after_forward): true frees each layer's gathered weights after its
   // forward and gathers them again for backward; false keeps every layer gathered from its
@@ -101,6 +104,7 @@ class DeviceMesh {
   const MeshShape& shape() const { return shape_; }
   int zero_stage() const { return settings_.zero_stage; }
   bool offload() const { return settings_.offload; }
+  bool offload_params() const { return settings_.offload_params; }
   int prefetch() const { return settings_.prefetch; }
   bool reshard_after_forward() const { return settings_.reshard_after_forward; }
   ReduceMode reduce_mode() const { return settings_.reduce; }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
 
 #include "core/error.h"
 #include "model/lora.h"
@@ -111,6 +112,19 @@ StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
                         1, 0, false, false};
     adamw.seconds = 7.0 * shard_bytes / (hw.host_memory_gbps * 1e9 / hw.devices_per_node);
     t.transfers.push_back(adamw);
+  }
+  if (config.parallel.offload_params) {
+    // Each weight gather first uploads this rank's part of it: 1/ranks of what it gathers.
+    int64_t uploaded = 0;
+    for (const PlannedTransfer& transfer : t.transfers) {
+      const PlannedCollective& c = transfer.collective;
+      if (std::string_view(c.what) == "weight all-gather") uploaded += c.payload_bytes / c.ranks;
+    }
+    PlannedTransfer upload;
+    upload.collective = {"host", "offload: shards up for gathers",
+                         PlannedCollective::Kind::exchange, 1, uploaded, true, false};
+    upload.seconds = static_cast<double>(uploaded) / (hw.host_link_gbps * 1e9);
+    t.transfers.push_back(upload);
   }
   for (const PlannedTransfer& transfer : t.transfers)
     (transfer.collective.overlapped ? t.overlapped_s : t.serial_s) += transfer.seconds;
@@ -229,6 +243,7 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   plan.world = settings.nproc;
   plan.zero_stage = static_cast<int>(config.parallel.zero_stage);
   plan.offload = config.parallel.offload;
+  plan.offload_params = config.parallel.offload_params;
   const LlamaConfig llama = llama_config_from(config.model);
   const ModelOptions options = model_options_from(config);
   const int micro_batches = static_cast<int>(config.training.grad_accum);

@@ -62,6 +62,7 @@ struct Plan {
   int world = 1;
   int zero_stage = 0;
   bool offload = false;
+  bool offload_params = false;  // parallel.offload_params
   int64_t parameters = 0;  // the whole model (adapters included with LoRA)
   int64_t trainable = 0;
   MemoryByCategory buffers{};  // per device: what a run allocates at setup (sharding.json)

@@ -181,7 +181,9 @@ std::string plan_text(const Plan& plan, const PlanSettings& settings,
           ? fmt::format(" (sharded over fsdp x cp = {})", plan.shape.fsdp * plan.shape.cp)
           : std::string();
   out += fmt::format("mesh: world {} = {}, ZeRO stage {}{}{}\n", plan.world, mesh_text(plan),
-                     plan.zero_stage, cp_shards, plan.offload ? ", optimizer offload" : "");
+                     plan.zero_stage, cp_shards, plan.offload_params ? ", optimizer and parameter offload"
+                     : plan.offload      ? ", optimizer offload"
+                                         : "");
   out += fmt::format("memory per device, {}{}:\n", unit.name,
                      plan.offload ? " (device | host)" : "");
   for (int k = 0; k < kMemoryCategoryCount; ++k) {

@@ -112,6 +112,8 @@ struct ParallelConfigSection {
   bool offload = false;
   // ZeRO-3: parameter groups gathered ahead of the one in use (transient compute-dtype slots).
   int64_t prefetch = 1;
+  // With offload and ZeRO-3: the weight shard in host memory too (DeepSpeed's offload_param).
+  bool offload_params = false;
   // ZeRO-3: free each layer's gathered weights after its forward (true), or keep every layer
   // gathered until the step ends (false: backward gathers nothing, at one slot per layer).
   bool reshard_after_forward = true;

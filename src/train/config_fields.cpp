@@ -91,6 +91,10 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(parallel, offload,
                          "keep AdamW state and f32 masters on the host (ZeRO-3: gradient shards "
                          "too; the device keeps its shard in the compute dtype)"),
+      ANVIL_CONFIG_FIELD(parallel, offload_params,
+                         "with offload and ZeRO-3: keep the weight shard in host memory too, "
+                         "uploaded into its slot before each gather (the device holds no "
+                         "persistent weights)"),
       ANVIL_CONFIG_FIELD(parallel, prefetch,
                          "ZeRO-3: groups gathered ahead of the one in use (>= 1; each "
                          "holds one layer in the compute dtype)"),

@@ -249,6 +249,10 @@ void validate_rest(const TrainConfig& config) {
   ANVIL_CHECK(config.parallel.prefetch >= 1 && config.parallel.prefetch <= 64,
               "[config] parallel.prefetch must be 1..64 groups gathered ahead, got {}",
               config.parallel.prefetch);
+  ANVIL_CHECK(!config.parallel.offload_params ||
+                  (config.parallel.offload && config.parallel.zero_stage == 3),
+              "[config] parallel.offload_params needs parallel.offload = true and "
+              "parallel.zero_stage = 3");
   ANVIL_CHECK(config.parallel.reshard_after_forward || config.parallel.zero_stage == 3,
               "[config] parallel.reshard_after_forward = false needs parallel.zero_stage = 3 "
               "(only stage 3 gathers weights), got stage {}",

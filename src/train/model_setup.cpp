@@ -37,6 +37,7 @@ ParallelSettings parallel_settings_from(const ParallelConfigSection& parallel) {
   settings.offload = parallel.offload;
   settings.prefetch = static_cast<int>(parallel.prefetch);
   settings.reshard_after_forward = parallel.reshard_after_forward;
+  settings.offload_params = parallel.offload_params;
   settings.reduce = parallel.reduce == "fast" ? ReduceMode::fast : ReduceMode::exact;
   settings.reduce_dtype = parse_dtype(parallel.reduce_dtype);
   return settings;

@@ -70,6 +70,8 @@ struct RunSpec {
   AttentionSchedule attention;
   // ZeRO-3: groups gathered ahead of the one in use.
   int prefetch = 1;
+  // Stage 3 with offload: the weight shard in host memory too (parallel.offload_params).
+  bool offload_params = false;
   // ZeRO-3: false keeps every layer gathered from its forward to the end of the step.
   bool reshard_after_forward = true;
   // Optimizer offload (parallel.offload): AdamW state and f32 masters (stage 3: and the
@@ -98,6 +100,7 @@ struct RunSpec {
     settings.cp = cp;
     settings.prefetch = prefetch;
     settings.reshard_after_forward = reshard_after_forward;
+    settings.offload_params = offload_params;
     settings.offload = offload;
     settings.reduce = reduce;
     settings.reduce_dtype = reduce_dtype;

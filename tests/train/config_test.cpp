@@ -87,6 +87,7 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "parallel.sequence_parallel",
                                              "parallel.zero_stage",
                                              "parallel.offload",
+                                             "parallel.offload_params",
                                              "parallel.prefetch",
                                              "parallel.reshard_after_forward",
                                              "parallel.overlap",

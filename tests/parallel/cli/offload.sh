@@ -63,9 +63,24 @@ for variant in 1:f32 2:f32 3:f32 3:bf16; do
     fail "stage $stage $dtype: the device peak dropped by $drop bytes, not by the $saved the categories predict"
 done
 
+# Parameter offload (stage 3 bf16): the bf16 shard moves to the host too, so the device holds
+# no weights at all between gathers and its peak drops by exactly that shard; same metrics.
+run="z3-bf16-params"
+run_logged "$WORK/$run.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $STEPS \
+  --backend sim --parallel.zero_stage=3 --parallel.offload=true --parallel.offload_params=true \
+  --training.dtype=bf16 --training.grad_accum=2 --run-dir "$WORK/$run"
+deterministic_metrics "$WORK/$run" > "$WORK/$run.metrics"
+same_metrics z3-bf16-true "$run"
+expect "$WORK/$run.log" "optimizer and parameter offload" "the mesh line names parameter offload"
+[ "$(last_field "$run" trainable_weights)" -eq 0 ] ||
+  fail "parameter offload: the device still holds weight shards" "$WORK/$run/metrics.jsonl"
+drop=$(($(last_field z3-bf16-true mem_peak_bytes) - $(last_field "$run" mem_peak_bytes)))
+[ "$drop" -eq "$(last_field z3-bf16-true trainable_weights)" ] ||
+  fail "parameter offload: the device peak dropped by $drop bytes, not by the bf16 shard"
+
 # In bf16, stage 3 keeps its masters only on the host, and stage 1 keeps them sharded beside a
-# bf16 replica: a run resumed from its step-2 checkpoint with offload equals a straight run
-# without, and so do the checkpoint files.
+# bf16 replica: a run resumed from its step-2 checkpoint with offload (stage 3: its second half
+# with parameter offload too) equals a straight run without, and so do the checkpoint files.
 for stage in 1 3; do
   Z="--backend sim --parallel.zero_stage=$stage --training.dtype=bf16 --checkpoint.every=2 \
     --training.eval_steps=0"
@@ -75,8 +90,10 @@ for stage in 1 3; do
     --training.steps=4 --run-dir "$WORK/$straight"
   run_logged "$WORK/$resumed-1.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z \
     --training.steps=2 --parallel.offload=true --run-dir "$WORK/$resumed"
+  params=""
+  if [ "$stage" -eq 3 ]; then params="--parallel.offload_params=true"; fi
   run_logged "$WORK/$resumed-2.log" "$MPIRUN" -np 2 $MPIFLAGS "$ANVIL" train $TINY $Z \
-    --training.steps=4 --parallel.offload=true --run-dir "$WORK/$resumed"
+    --training.steps=4 --parallel.offload=true $params --run-dir "$WORK/$resumed"
   expect "$WORK/$resumed-2.log" "resumed from .*step-0000002" "the offloaded stage-$stage run resumed"
   for run in $straight $resumed; do deterministic_metrics "$WORK/$run" > "$WORK/$run.metrics"; done
   same_metrics $straight $resumed

@@ -28,6 +28,7 @@ struct MeshCase {
   DType dtype = DType::f32;
   bool offload = false;  // the distributed run offloads; the reference does not
   bool reshard_after_forward = true;  // stage 3: false keeps every layer gathered
+  bool offload_params = false;        // stage 3 with offload: the weight shard on the host
 };
 
 std::string describe(const MeshCase& c) {
@@ -35,7 +36,8 @@ std::string describe(const MeshCase& c) {
          (c.tied ? ", tied" : ", untied") + ", dp " + std::to_string(c.dp) + ", fsdp " +
          std::to_string(c.fsdp) + ", lora r " + std::to_string(c.lora_r) + ", " +
          std::string(dtype_name(c.dtype)) + (c.offload ? ", offload" : "") +
-         (c.reshard_after_forward ? "" : ", kept gathered");
+         (c.reshard_after_forward ? "" : ", kept gathered") +
+         (c.offload_params ? ", parameter offload" : "");
 }
 
 class DistributedEqualsOneProcess : public ::testing::TestWithParam<MeshCase> {};
@@ -54,6 +56,7 @@ TEST_P(DistributedEqualsOneProcess, LossCurveAndWeightsAreBitwiseEqual) {
   spec.dtype = c.dtype;
   spec.offload = c.offload;
   spec.reshard_after_forward = c.reshard_after_forward;
+  spec.offload_params = c.offload_params;
   Harness distributed(world, spec);
   distributed.init(spec.seed);
   const Curve got = ptest::run_steps(distributed, 0, kSteps);
@@ -66,6 +69,7 @@ TEST_P(DistributedEqualsOneProcess, LossCurveAndWeightsAreBitwiseEqual) {
   reference_spec.fsdp = 0;
   reference_spec.offload = false;
   reference_spec.reshard_after_forward = true;
+  reference_spec.offload_params = false;
   reference_spec.grad_accum = c.grad_accum * world.size();
   Harness reference(*single, reference_spec);
   reference.init(spec.seed);
@@ -118,6 +122,16 @@ INSTANTIATE_TEST_SUITE_P(
                       MeshCase{3, 2, false, 0, 0, 0, DType::bf16, true},
                       MeshCase{3, 2, true, 2, 2, 0, DType::bf16, true},
                       MeshCase{3, 2, false, 0, 0, 4, DType::bf16, true}));
+
+// Parameter offload (DeepSpeed's offload_param) on top: the shard the gathers read is host
+// memory, uploaded into the slot before each gather and gathered in place.
+INSTANTIATE_TEST_SUITE_P(
+    ParameterOffload, DistributedEqualsOneProcess,
+    ::testing::Values(MeshCase{3, 2, false, 0, 0, 0, DType::bf16, true, true, true},
+                      MeshCase{3, 1, true, 0, 0, 0, DType::f32, true, true, true},
+                      MeshCase{3, 2, true, 0, 0, 0, DType::bf16, true, false, true},
+                      MeshCase{3, 2, false, 0, 0, 4, DType::bf16, true, true, true},
+                      MeshCase{3, 2, true, 2, 2, 0, DType::bf16, true, true, true}));
 
 // Stage 3 without resharding after forward (FSDP2's reshard_after_forward = False): every
 // layer stays gathered from its forward to the end of the step, so backward and the later

@@ -62,6 +62,13 @@ std::vector<PlanCase> plan_cases() {
   RunSpec kept_tied_offload = offload_tied;
   kept_tied_offload.reshard_after_forward = false;
   cases.push_back({"stage 3 tied bf16, prefetch 2, offload, kept gathered", kept_tied_offload});
+  RunSpec params_offloaded = offload;  // the bf16 shard in host memory too
+  params_offloaded.offload_params = true;
+  cases.push_back({"stage 3 untied bf16, parameter offload", params_offloaded});
+  RunSpec params_offloaded_tied = offload_tied;
+  params_offloaded_tied.offload_params = true;
+  params_offloaded_tied.dtype = DType::f32;
+  cases.push_back({"stage 3 tied f32, prefetch 2, parameter offload", params_offloaded_tied});
   RunSpec stage1_bf16;  // the replica in bf16 beside an f32 master shard
   stage1_bf16.zero_stage = 1;
   stage1_bf16.dtype = DType::bf16;
