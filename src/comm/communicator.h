@@ -9,7 +9,8 @@
 // Determinism: all_gather, broadcast and send/recv move bytes. ReduceOp::ordered_sum and
 // ReduceOp::max give bitwise identical results on every rank, independent of the library's
 // algorithm, message size and world size (ordered_sum equals the serial sum
-// x0 + x1 + ... + x(p-1) in rank order). ReduceOp::sum uses the library's own algorithm:
+// x0 + x1 + ... + x(p-1) in rank order, a NaN sum being the canonical quiet NaN: which NaN an
+// add returns differs between CPUs and devices). ReduceOp::sum uses the library's own algorithm:
 // identical on every rank in practice, repeatable for a fixed world size and message size,
 // but its summation order (so its rounding) may differ from the serial sum, between message
 // sizes and between the blocking and async variants (Open MPI 4.1, 4 ranks: a quarter of f32
@@ -29,7 +30,8 @@ class Allocator;
 enum class ReduceOp {
   sum,          // the library's fastest sum; bf16/f16 sums always run as ordered_sum
   max,          // exact; NaN wins (as a canonical quiet NaN), +0 beats -0
-  ordered_sum,  // deterministic: rank-order sum, bf16/f16 accumulated in f32, rounded once
+  ordered_sum,  // deterministic: rank-order sum, bf16/f16 accumulated in f32, rounded once;
+                // a NaN result is the canonical quiet NaN
 };
 
 // Returns "sum", "max" or "ordered_sum".

@@ -105,11 +105,24 @@ void RankOrderSum::add(const void* contribution) {
 }
 
 void RankOrderSum::finish() {
-  if (count_ == 0 || totals_.data() == nullptr) return;
+  if (count_ == 0) return;
+  // Which NaN an addition returns depends on the CPU and on the operand order the compiler
+  // picked, and a device's adds return one NaN of their own: every NaN total becomes the
+  // canonical quiet NaN, so the bits are the same on any host and on the device kernels.
+  if (dtype_ == DType::f32) {
+    float* result = static_cast<float*>(out_);
+    for (int64_t i = 0; i < count_; ++i)
+      if (std::isnan(result[i])) result[i] = bits_float(kCanonicalNanF32);
+    return;
+  }
+  if (totals_.data() == nullptr) return;
   const float* totals = static_cast<const float*>(totals_.data());
   uint16_t* result = static_cast<uint16_t*>(out_);
-  const auto round = dtype_ == DType::bf16 ? float_to_bf16 : float_to_f16;
-  for (int64_t i = 0; i < count_; ++i) result[i] = round(totals[i]);
+  const bool bf16 = dtype_ == DType::bf16;
+  const auto round = bf16 ? float_to_bf16 : float_to_f16;
+  const uint16_t nan = bf16 ? kCanonicalNanBf16 : kCanonicalNanF16;
+  for (int64_t i = 0; i < count_; ++i)
+    result[i] = std::isnan(totals[i]) ? nan : round(totals[i]);
 }
 
 void sum_in_rank_order(const void* contributions, int ranks, int64_t count, DType dtype,
@@ -129,7 +142,7 @@ void max_into(const void* in, void* inout, int64_t count, DType dtype) {
       float* b = static_cast<float*>(inout);
       for (int64_t i = 0; i < count; ++i) {
         const uint32_t bits = float_max_bits<uint32_t>(a[i], b[i], float_bits(a[i]),
-                                                       float_bits(b[i]), 0x7fc00000u);
+                                                       float_bits(b[i]), kCanonicalNanF32);
         b[i] = bits_float(bits);
       }
       return;
@@ -137,8 +150,8 @@ void max_into(const void* in, void* inout, int64_t count, DType dtype) {
     case DType::i32: max_integers<int32_t>(in, inout, count); return;
     case DType::u32: max_integers<uint32_t>(in, inout, count); return;
     case DType::u16: max_integers<uint16_t>(in, inout, count); return;
-    case DType::bf16: max_halves(in, inout, count, bf16_to_float, uint16_t{0x7fc0}); return;
-    case DType::f16: max_halves(in, inout, count, f16_to_float, uint16_t{0x7e00}); return;
+    case DType::bf16: max_halves(in, inout, count, bf16_to_float, kCanonicalNanBf16); return;
+    case DType::f16: max_halves(in, inout, count, f16_to_float, kCanonicalNanF16); return;
   }
   ANVIL_FAIL("[comm] max: unsupported dtype {}", dtype_name(dtype));
 }

@@ -22,7 +22,8 @@ class RankOrderSum {
   RankOrderSum(DType dtype, int64_t count, void* out, Allocator& staging);
   // Adds the next rank's contribution (count elements of dtype).
   void add(const void* contribution);
-  // Writes the result into `out` (a no-op for 32-bit types, which sum in place).
+  // Writes the result into `out` (32-bit types sum in place: finish() only makes a NaN the
+  // canonical quiet NaN).
   void finish();
   int added() const { return added_; }
 
@@ -34,9 +35,15 @@ class RankOrderSum {
   int added_ = 0;
 };
 
+// The quiet NaN every reduction returns for a NaN result (the bits of +NaN, quiet bit only).
+inline constexpr uint32_t kCanonicalNanF32 = 0x7fc00000u;
+inline constexpr uint16_t kCanonicalNanBf16 = 0x7fc0u;
+inline constexpr uint16_t kCanonicalNanF16 = 0x7e00u;
+
 // Writes out[i] = c[0][i] + c[1][i] + ... + c[ranks-1][i], added left to right, where
 // `contributions` holds `ranks` rows of `count` elements. bf16/f16 are accumulated in f32 and
-// rounded once; integers wrap around. `out` must not overlap `contributions`.
+// rounded once; integers wrap around; a NaN total is the canonical quiet NaN (whatever NaN
+// the host's adds produced). `out` must not overlap `contributions`.
 void sum_in_rank_order(const void* contributions, int ranks, int64_t count, DType dtype,
                        void* out);
 

@@ -90,15 +90,16 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
   }
   gradient_slot_of_.assign(static_cast<size_t>(plan_.group_count()), -1);
   model.set_group_hooks(this);
-  // The staging of the host collectives (ordered sums) is memory of a CPU backend, whose
-  // device is the host; it is counted there as communication (until the engine is gone).
-  if (model.backend().device().is_cpu()) mesh.set_staging_allocator(&model.backend());
+  // The ordered sums' staging is the backend's memory, counted there as communication (until
+  // the engine is gone): host memory on a CPU backend (MPI), device memory on cuda (NCCL); the
+  // stream communicator of other backends keeps staging of its own.
+  mesh.set_staging_allocator(&model.backend());
 }
 
 DataParallelEngine::~DataParallelEngine() {
   wait_weight_slots();
   model_->set_group_hooks(nullptr);
-  if (model_->backend().device().is_cpu()) mesh_->set_staging_allocator(nullptr);
+  mesh_->set_staging_allocator(nullptr);
   // With offload_params the weight shards are memory of the host optimizer's backend, which
   // goes first among the members: they are freed before it.
   storage_.clear();

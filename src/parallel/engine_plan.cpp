@@ -197,7 +197,10 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
     // An ordered sum adds the contributions as they arrive (comm/mpi/mpi_handles.h): two
     // receive buffers of the rank's slice, for a 16-bit sum f32 totals of the slice, and for
     // an all-reduce a copy of its own chunk (ranks > 0). Planned for the rank that holds the
-    // most (a run reports the peak over ranks): one above 0 with the largest chunk.
+    // most (a run reports the peak over ranks): one above 0 with the largest chunk. The NCCL
+    // communicator's device scratch (comm/exchange_schedule.h: ranks - 1 pieces of about
+    // 2 / ranks slices, one slice on two ranks) fits in this too, up to `ranks` elements of
+    // rounding.
     const int64_t receive_buffers = std::min(data_world - 1, 2);
     const int64_t per_element = receive_buffers * reduced_size + (reduced_size < f32 ? f32 : 0);
     if (zero_stage <= 1) {

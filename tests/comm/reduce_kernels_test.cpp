@@ -1,6 +1,7 @@
 // The host reduction kernels: the ordered sum adds in rank order (so its rounding is the
 // serial loop's, not a tree's), accumulates 16-bit floats in f32 with one rounding, and wraps
-// integers; the max is independent of argument order down to the bits; chunks tile a range.
+// integers, and returns the canonical NaN; the max is independent of argument order down to
+// the bits; chunks tile a range.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -57,6 +58,31 @@ TEST(OrderedSum, HalvesAccumulateInF32AndRoundOnce) {
   uint16_t f16_total = 0;
   sum_in_rank_order(f16_rows.data(), 3, 1, DType::f16, &f16_total);
   EXPECT_EQ(f16_to_float(f16_total), 1.0f + std::ldexp(1.0f, -10));
+}
+
+TEST(OrderedSum, ANanTotalIsTheCanonicalQuietNan) {
+  // Two rows of three: a NaN with a payload and a sign, a signalling NaN, inf + -inf (and the
+  // same in 16 bits). Which NaN an add returns differs between CPUs and devices; the sum
+  // always returns +qNaN.
+  const float payload_nan = std::bit_cast<float>(0xffc12345u);
+  const float signalling_nan = std::bit_cast<float>(0x7f800001u);
+  const std::vector<float> rows = {payload_nan, 1.0f, INFINITY, 2.0f, signalling_nan, -INFINITY};
+  std::vector<float> totals(3);
+  sum_in_rank_order(rows.data(), 2, 3, DType::f32, totals.data());
+  for (float total : totals) EXPECT_EQ(std::bit_cast<uint32_t>(total), kCanonicalNanF32);
+  // One row: the sum is the row itself, but a NaN still comes out canonical.
+  float single = 0.0f;
+  sum_in_rank_order(&payload_nan, 1, 1, DType::f32, &single);
+  EXPECT_EQ(std::bit_cast<uint32_t>(single), kCanonicalNanF32);
+
+  const std::vector<uint16_t> bf16_rows = {0xffc5, 0x7f80, float_to_bf16(1.0f), 0xff80};
+  std::vector<uint16_t> bf16_totals(2);
+  sum_in_rank_order(bf16_rows.data(), 2, 2, DType::bf16, bf16_totals.data());
+  EXPECT_EQ(bf16_totals, (std::vector<uint16_t>{kCanonicalNanBf16, kCanonicalNanBf16}));
+  const std::vector<uint16_t> f16_rows = {0xfe01, 0x7c00, float_to_f16(1.0f), 0xfc00};
+  std::vector<uint16_t> f16_totals(2);
+  sum_in_rank_order(f16_rows.data(), 2, 2, DType::f16, f16_totals.data());
+  EXPECT_EQ(f16_totals, (std::vector<uint16_t>{kCanonicalNanF16, kCanonicalNanF16}));
 }
 
 TEST(OrderedSum, IntegersWrapAround) {

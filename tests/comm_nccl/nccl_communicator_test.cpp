@@ -1,9 +1,9 @@
 // The NCCL communicator on one GPU: a one-rank group built from the single-process
 // communicator. Checks every collective's result and argument checks, the async handles,
-// split, and the host-reduced paths (ordered_sum, max, bf16 sums). Multi-rank NCCL runs need
+// split, the device-reduced paths (ordered_sum, max, bf16 sums) and their counted staging
+// (rank_order_reduce_test.cpp checks their kernels' bits). Multi-rank NCCL runs need
 // one GPU per rank and are left to a multi-GPU machine. Without a device the tests skip with
 // the reason, except the one that checks the no-device error.
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,50 +12,13 @@
 #include <vector>
 
 #include "comm/device_communicator.h"
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "cuda_test_util.h"
 
 namespace anvil {
 namespace {
-
-// Returns "" when a CUDA device is usable, else the reason to skip.
-std::string no_device_reason() {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
-  if (count == 0) return "no CUDA device: cudaGetDeviceCount returned 0";
-  return "";
-}
-
-#define SKIP_WITHOUT_DEVICE()                                        \
-  do {                                                               \
-    const std::string skip_reason = no_device_reason();              \
-    if (!skip_reason.empty()) GTEST_SKIP() << skip_reason;           \
-  } while (0)
-
-// Device copy of a host vector; freed on destruction.
-template <typename T>
-struct DeviceVector {
-  T* data = nullptr;
-  int64_t count = 0;
-  explicit DeviceVector(const std::vector<T>& host) : count(static_cast<int64_t>(host.size())) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data), host.size() * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  ~DeviceVector() { cudaFree(data); }
-  DeviceVector(const DeviceVector&) = delete;
-  DeviceVector& operator=(const DeviceVector&) = delete;
-  Tensor tensor(DType dtype) const {
-    return Tensor(data, dtype, Shape{count}, Device{DeviceType::cuda, 0});
-  }
-  std::vector<T> read() const {
-    std::vector<T> host(static_cast<size_t>(count));
-    EXPECT_EQ(cudaMemcpy(host.data(), data, host.size() * sizeof(T), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return host;
-  }
-};
 
 class NcclOneRank : public ::testing::Test {
  protected:
@@ -177,6 +140,50 @@ TEST_F(NcclOneRank, AsyncSendAndReceivePairUpInOneGroup) {
   EXPECT_TRUE(recv2->test());
   send2->wait();
   EXPECT_EQ(again.read(), (std::vector<float>{1.5f, -2.0f, 4.0f}));
+}
+
+// Device memory from cudaMalloc, counted: what a backend lends the communicator as staging.
+class CountingDeviceAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device{DeviceType::cuda, 0}; }
+
+ protected:
+  void* do_allocate(size_t bytes) override {
+    void* data = nullptr;
+    EXPECT_EQ(cudaMalloc(&data, bytes), cudaSuccess);
+    return data;
+  }
+  void do_deallocate(void* ptr, size_t) override { cudaFree(ptr); }
+};
+
+// The staging comes from the lent allocator, counted as communication and given back when the
+// collective completes: on one rank the exact reductions receive nothing (the kernel reads the
+// rank's own row in place), so what is staged is a host tensor's device copy.
+TEST_F(NcclOneRank, StagingComesFromTheLentAllocator) {
+  CountingDeviceAllocator staging;
+  comm_->set_staging_allocator(&staging);
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) - 500.0f;
+  DeviceVector<float> on_device(values);
+  comm_->all_reduce(on_device.tensor(DType::f32), ReduceOp::max);
+  EXPECT_EQ(on_device.read(), values);
+  EXPECT_EQ(staging.memory_snapshot().peak_of(MemoryCategory::communication), 0);
+  std::vector<float> on_host = values;
+  comm_->all_reduce(Tensor(on_host.data(), DType::f32, Shape{1000}), ReduceOp::max);
+  EXPECT_EQ(on_host, values);
+  EXPECT_EQ(staging.memory_snapshot().peak_of(MemoryCategory::communication), 4000);
+  EXPECT_EQ(staging.memory_snapshot().current_of(MemoryCategory::communication), 0);
+  comm_->set_staging_allocator(nullptr);
+}
+
+TEST_F(NcclOneRank, RejectsHostStaging) {
+  try {
+    comm_->set_staging_allocator(&HostAllocator::instance());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("staging memory of that device"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(NcclOneRank, RejectsBadSizesAndPeers) {

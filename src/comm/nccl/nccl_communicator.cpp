@@ -2,13 +2,17 @@
 // stream: a collective first makes that stream wait (on the device, through an event) for the
 // producer stream's queued work, enqueues the NCCL call, and either synchronises (blocking
 // variants) or returns a handle holding an event (async variants). Plain f32/i32/u32 sums run
-// as one NCCL call. Rank-order sums, max and 16-bit sums move every rank's contribution with
-// NCCL (all_gather, or grouped send/recv for reduce_scatter) into device scratch, then reduce
-// on the host with comm/reduce_kernels.h, so their bits equal the MPI communicator's; they are
-// meant for small tensors (norms, flags, metrics), not for gradient buckets. On one rank every
-// reduction is the identity and runs as at most one device copy.
+// as one NCCL call. Rank-order sums, max and 16-bit sums (the engine's exact gradient
+// reductions) never leave the device: reduce_scatter is a chunked all-to-all of grouped
+// send/recv (comm/exchange_schedule.h) whose received rows, with the rank's own piece read in
+// place, the kernels of rank_order_reduce.h add in rank order straight into the output, so the
+// bits equal the host kernels' (the MPI communicator's); all_reduce is that reduce-scatter of
+// nearly equal parts followed by an all-gather of the parts (a ring's bytes). Their scratch,
+// under two parts, comes from the staging allocator (set_staging_allocator: the CUDA backend,
+// counted as communication; cudaMalloc when none is set). On one rank every sum is the
+// identity and runs as at most one device copy; max runs the kernel on the rank's own row.
 // Host tensors (the trainer's flags, counts and memory figures, exchanged over the same world
-// as the device tensors) travel through device scratch, blocking whatever the call.
+// as the device tensors) travel through device staging, blocking whatever the call.
 // send_async/recv_async (ring attention's exchanges) queue nothing at first: NCCL pairs a send
 // with its receive only inside one group, so the pending calls are issued together, as one
 // ncclGroupStart/End, when the first of their handles is waited on or tested.
@@ -19,44 +23,54 @@
 
 #include "comm/comm_common.h"
 #include "comm/device_communicator.h"
+#include "comm/exchange_schedule.h"
 #include "comm/nccl/nccl_runtime.h"
-#include "comm/reduce_kernels.h"
+#include "comm/nccl/rank_order_reduce.h"
 #include "comm/watchdog.h"
+#include "core/buffer.h"
 #include "core/error.h"
 
 namespace anvil::nccl {
 namespace {
 
-// Device memory freed on destruction.
-struct DeviceScratch {
-  void* data = nullptr;
-  explicit DeviceScratch(size_t bytes) {
-    if (bytes > 0) NCCL_CUDA_CHECK(cudaMalloc(&data, bytes));
+// Device memory of one CUDA device straight from cudaMalloc: the staging of a communicator
+// that no backend lent its allocator (tests, tools), counted in its own snapshot only.
+class CudaMallocAllocator final : public Allocator {
+ public:
+  explicit CudaMallocAllocator(int device) : device_(device) {}
+  Device device() const override { return Device{DeviceType::cuda, device_}; }
+
+ protected:
+  void* do_allocate(size_t bytes) override {
+    void* data = nullptr;
+    NCCL_CUDA_CHECK(cudaSetDevice(device_));
+    NCCL_CUDA_CHECK(cudaMalloc(&data, bytes));
+    return data;
   }
-  ~DeviceScratch() {
-    if (data != nullptr) cudaFree(data);
-  }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  void do_deallocate(void* ptr, size_t) override { cudaFree(ptr); }
+
+ private:
+  int device_;
 };
 
 // A device copy of a host tensor for one staged collective, made and read back on `stream`.
 class StagedTensor {
  public:
-  StagedTensor(const Tensor& host, int device, cudaStream_t stream, bool upload)
-      : host_(host), device_(device), stream_(stream), scratch_(host.nbytes()) {
+  // `scratch` holds host.nbytes() on `device`; the stream may already write it.
+  StagedTensor(const Tensor& host, int device, Buffer scratch, cudaStream_t stream, bool upload)
+      : host_(host), device_(device), stream_(stream), scratch_(std::move(scratch)) {
     if (upload && host.nbytes() > 0) {
-      NCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_.data, host.data, host.nbytes(),
+      NCCL_CUDA_CHECK(cudaMemcpyAsync(scratch_.data(), host.data, host.nbytes(),
                                       cudaMemcpyHostToDevice, stream_));
     }
   }
   Tensor tensor() const {
-    return Tensor(scratch_.data, host_.dtype, host_.shape, Device{DeviceType::cuda, device_});
+    return Tensor(scratch_.data(), host_.dtype, host_.shape, Device{DeviceType::cuda, device_});
   }
   // Copies the device values back into the host tensor (waits for the stream).
   void download() {
     if (host_.nbytes() > 0) {
-      NCCL_CUDA_CHECK(cudaMemcpyAsync(host_.data, scratch_.data, host_.nbytes(),
+      NCCL_CUDA_CHECK(cudaMemcpyAsync(host_.data, scratch_.data(), host_.nbytes(),
                                       cudaMemcpyDeviceToHost, stream_));
     }
     NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -66,16 +80,15 @@ class StagedTensor {
   Tensor host_;
   int device_;
   cudaStream_t stream_;
-  DeviceScratch scratch_;
+  Buffer scratch_;
 };
 
-// A collective queued on the communicator's stream; `finish` (may be empty) runs on the host
-// once the device work is done, exactly once.
+// A collective queued on the communicator's stream; its scratch (may be empty) goes back to
+// the staging allocator once the device work is done.
 class NcclHandle final : public CommHandle {
  public:
-  NcclHandle(cudaStream_t stream, int device, std::unique_ptr<DeviceScratch> scratch,
-             std::function<void()> finish, const char* name)
-      : device_(device), name_(name), scratch_(std::move(scratch)), finish_(std::move(finish)) {
+  NcclHandle(cudaStream_t stream, int device, Buffer scratch, const char* name)
+      : device_(device), name_(name), scratch_(std::move(scratch)) {
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventRecord(done_, stream));
   }
@@ -109,15 +122,13 @@ class NcclHandle final : public CommHandle {
  private:
   void complete() {
     finished_ = true;
-    if (finish_) finish_();
     scratch_.reset();
   }
 
   int device_;
   const char* name_;  // what the collective watchdog reports while wait() blocks
   cudaEvent_t done_ = nullptr;
-  std::unique_ptr<DeviceScratch> scratch_;
-  std::function<void()> finish_;
+  Buffer scratch_;
   bool finished_ = false;
 };
 
@@ -199,22 +210,15 @@ bool overlaps(const Tensor& a, const Tensor& b) {
          b_begin < a_begin + a.nbytes();
 }
 
-// Reduces `ranks` contiguous rows of `count` elements (host memory) into `out` in rank order.
-void reduce_rows_on_host(const std::vector<uint8_t>& rows, int ranks, int64_t count, DType dtype,
-                         ReduceOp op, void* out) {
-  if (op == ReduceOp::max) {
-    const size_t row_bytes = static_cast<size_t>(count) * dtype_size(dtype);
-    std::memcpy(out, rows.data(), row_bytes);
-    for (int r = 1; r < ranks; ++r) max_into(rows.data() + r * row_bytes, out, count, dtype);
-    return;
-  }
-  sum_in_rank_order(rows.data(), ranks, count, dtype, out);
+// Returns the address of element `index` of `t`.
+char* element_address(const Tensor& t, int64_t index) {
+  return static_cast<char*>(t.data) + static_cast<size_t>(index) * dtype_size(t.dtype);
 }
 
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t producer)
-      : comm_(comm), device_(device), producer_(producer) {
+      : comm_(comm), device_(device), producer_(producer), default_staging_(device) {
     NCCL_CUDA_CHECK(cudaSetDevice(device_));
     NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
     NCCL_CHECK(ncclCommCount(comm_, &size_));
@@ -268,7 +272,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(const Tensor& t, int root) override {
     check_rank_arg(root, size_, "broadcast root");
     if (t.device.is_cpu()) {
-      StagedTensor staged(t, device_, stream_, /*upload=*/true);
+      StagedTensor staged = stage(t, /*upload=*/true);
       broadcast(staged.tensor(), root);
       staged.download();
       return;
@@ -290,7 +294,7 @@ class NcclCommunicator final : public Communicator {
   void send(const Tensor& t, int peer) override {
     check_rank_arg(peer, size_, "peer");
     if (t.device.is_cpu()) {
-      StagedTensor staged(t, device_, stream_, /*upload=*/true);
+      StagedTensor staged = stage(t, /*upload=*/true);
       send(staged.tensor(), peer);
       return;
     }
@@ -304,7 +308,7 @@ class NcclCommunicator final : public Communicator {
   void recv(const Tensor& t, int peer) override {
     check_rank_arg(peer, size_, "peer");
     if (t.device.is_cpu()) {
-      StagedTensor staged(t, device_, stream_, /*upload=*/false);
+      StagedTensor staged = stage(t, /*upload=*/false);
       recv(staged.tensor(), peer);
       staged.download();
       return;
@@ -327,29 +331,35 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<CommHandle> all_reduce_async(const Tensor& t, ReduceOp op) override {
     if (t.device.is_cpu()) {
-      StagedTensor staged(t, device_, stream_, /*upload=*/true);
+      StagedTensor staged = stage(t, /*upload=*/true);
       all_reduce_async(staged.tensor(), op)->wait();
       staged.download();
       return make_completed_handle();
     }
     check_device_tensor(t, "all_reduce tensor");
     if (t.numel() == 0 || (size_ == 1 && op != ReduceOp::max)) return make_completed_handle();
-    begin();
     if (runs_on_nccl(op, t.dtype)) {
+      begin();
       NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()),
                                datatype_of(t.dtype), ncclSum, comm_, stream_));
-      return handle(nullptr, {}, "all_reduce_async");
+      return handle(Buffer(), "all_reduce_async");
     }
-    auto scratch = std::make_unique<DeviceScratch>(t.nbytes() * size_);
-    NCCL_CHECK(ncclAllGather(t.data, scratch->data, t.nbytes(), ncclUint8, comm_, stream_));
-    return reduce_on_host_after(std::move(scratch), t, op, "all_reduce_async");
+    // Rank r reduces part r in place, then every rank gathers the reduced parts.
+    const ExchangeSchedule schedule = plan_exchange(t.numel(), size_);
+    Buffer scratch = staging_buffer(static_cast<size_t>(schedule.scratch_elements()) *
+                                    dtype_size(t.dtype));
+    begin();
+    reduce_own_part(t, schedule, op, scratch,
+                    element_address(t, schedule.part(rank_).begin));
+    gather_parts(t, schedule);
+    return handle(std::move(scratch), "all_reduce_async");
   }
 
   std::unique_ptr<CommHandle> reduce_scatter_async(const Tensor& in, const Tensor& out,
                                                    ReduceOp op) override {
     if (in.device.is_cpu() && out.device.is_cpu()) {
-      StagedTensor staged_in(in, device_, stream_, /*upload=*/true);
-      StagedTensor staged_out(out, device_, stream_, /*upload=*/false);
+      StagedTensor staged_in = stage(in, /*upload=*/true);
+      StagedTensor staged_out = stage(out, /*upload=*/false);
       reduce_scatter_async(staged_in.tensor(), staged_out.tensor(), op)->wait();
       staged_out.download();
       return make_completed_handle();
@@ -363,35 +373,31 @@ class NcclCommunicator final : public Communicator {
                 size_, size_, out.numel(), in.numel());
     ANVIL_CHECK(!overlaps(in, out), "[comm] reduce_scatter input and output overlap");
     if (out.numel() == 0) return make_completed_handle();
-    begin();
     if (size_ == 1 && op != ReduceOp::max) {  // one rank's sum is its own values
+      begin();
       NCCL_CUDA_CHECK(
           cudaMemcpyAsync(out.data, in.data, out.nbytes(), cudaMemcpyDeviceToDevice, stream_));
-      return handle(nullptr, {}, "reduce_scatter_async");
+      return handle(Buffer(), "reduce_scatter_async");
     }
     if (runs_on_nccl(op, in.dtype)) {
+      begin();
       NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()),
                                    datatype_of(in.dtype), ncclSum, comm_, stream_));
-      return handle(nullptr, {}, "reduce_scatter_async");
+      return handle(Buffer(), "reduce_scatter_async");
     }
-    // Rank r collects every rank's slice r (an all-to-all), then reduces on the host.
-    const size_t slice = out.nbytes();
-    auto scratch = std::make_unique<DeviceScratch>(slice * size_);
-    NCCL_CHECK(ncclGroupStart());
-    for (int peer = 0; peer < size_; ++peer) {
-      NCCL_CHECK(ncclSend(static_cast<const char*>(in.data) + peer * slice, slice, ncclUint8,
-                          peer, comm_, stream_));
-      NCCL_CHECK(ncclRecv(static_cast<char*>(scratch->data) + peer * slice, slice, ncclUint8,
-                          peer, comm_, stream_));
-    }
-    NCCL_CHECK(ncclGroupEnd());
-    return reduce_on_host_after(std::move(scratch), out, op, "reduce_scatter_async");
+    // The parts of `in` are its slices: chunk_begin splits size * n elements at multiples of n.
+    const ExchangeSchedule schedule = plan_exchange(in.numel(), size_);
+    Buffer scratch = staging_buffer(static_cast<size_t>(schedule.scratch_elements()) *
+                                    dtype_size(in.dtype));
+    begin();
+    reduce_own_part(in, schedule, op, scratch, out.data);
+    return handle(std::move(scratch), "reduce_scatter_async");
   }
 
   std::unique_ptr<CommHandle> all_gather_async(const Tensor& in, const Tensor& out) override {
     if (in.device.is_cpu() && out.device.is_cpu()) {
       // The output is uploaded too, so that an in-place input keeps its place inside it.
-      StagedTensor staged_out(out, device_, stream_, /*upload=*/overlaps(in, out));
+      StagedTensor staged_out = stage(out, /*upload=*/overlaps(in, out));
       std::unique_ptr<StagedTensor> staged_in;
       Tensor device_in;
       if (overlaps(in, out)) {
@@ -399,7 +405,7 @@ class NcclCommunicator final : public Communicator {
         device_in = Tensor(static_cast<char*>(staged_out.tensor().data) + offset, in.dtype,
                            in.shape, staged_out.tensor().device);
       } else {
-        staged_in = std::make_unique<StagedTensor>(in, device_, stream_, /*upload=*/true);
+        staged_in = std::make_unique<StagedTensor>(stage(in, /*upload=*/true));
         device_in = staged_in->tensor();
       }
       all_gather_async(device_in, staged_out.tensor())->wait();
@@ -420,7 +426,16 @@ class NcclCommunicator final : public Communicator {
     begin();
     // NCCL's in-place form is exactly sendbuff == recvbuff + rank * count.
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
-    return handle(nullptr, {}, "all_gather_async");
+    return handle(Buffer(), "all_gather_async");
+  }
+
+  // The staging must be memory of this communicator's device (the CUDA backend lends itself).
+  void set_staging_allocator(Allocator* allocator) override {
+    const Device own_device{DeviceType::cuda, device_};
+    ANVIL_CHECK(allocator == nullptr || allocator->device() == own_device,
+                "[comm] the NCCL communicator on cuda:{} needs staging memory of that device",
+                device_);
+    staging_ = allocator;
   }
 
  private:
@@ -486,30 +501,99 @@ class NcclCommunicator final : public Communicator {
     NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_ready_, 0));
   }
 
-  std::unique_ptr<CommHandle> handle(std::unique_ptr<DeviceScratch> scratch,
-                                     std::function<void()> finish, const char* name) {
-    return std::make_unique<NcclHandle>(stream_, device_, std::move(scratch), std::move(finish),
-                                        name);
+  std::unique_ptr<CommHandle> handle(Buffer scratch, const char* name) {
+    return std::make_unique<NcclHandle>(stream_, device_, std::move(scratch), name);
   }
 
-  // Returns a handle that, once `scratch` holds every rank's contribution (size rows of
-  // result.numel() elements), reduces them in rank order on the host into `result`.
-  std::unique_ptr<CommHandle> reduce_on_host_after(std::unique_ptr<DeviceScratch> scratch,
-                                                   const Tensor& result, ReduceOp op,
-                                                   const char* name) {
-    const void* rows_on_device = scratch->data;
-    const int ranks = size_;
-    const int device = device_;
-    auto finish = [rows_on_device, ranks, device, result, op] {
-      std::vector<uint8_t> rows(result.nbytes() * ranks);
-      std::vector<uint8_t> reduced(result.nbytes());
-      NCCL_CUDA_CHECK(cudaSetDevice(device));
-      NCCL_CUDA_CHECK(cudaMemcpy(rows.data(), rows_on_device, rows.size(), cudaMemcpyDeviceToHost));
-      reduce_rows_on_host(rows, ranks, result.numel(), result.dtype, op, reduced.data());
-      NCCL_CUDA_CHECK(
-          cudaMemcpy(result.data, reduced.data(), reduced.size(), cudaMemcpyHostToDevice));
-    };
-    return handle(std::move(scratch), std::move(finish), name);
+  Allocator& staging() { return staging_ != nullptr ? *staging_ : default_staging_; }
+
+  // Returns `bytes` of device staging (none for 0), counted as communication. Call begin()
+  // after it and before the stream writes it: the backend's allocator hands out blocks that
+  // work queued on its own stream may still be reading.
+  Buffer staging_buffer(size_t bytes) {
+    if (bytes == 0) return Buffer();
+    return Buffer(staging(), bytes, MemoryCategory::communication);
+  }
+
+  // Returns a device copy of a host tensor (uploaded when `upload`) in staging.
+  StagedTensor stage(const Tensor& host, bool upload) {
+    Buffer scratch = staging_buffer(host.nbytes());
+    begin();
+    return StagedTensor(host, device_, std::move(scratch), stream_, upload);
+  }
+
+  // Reduces every rank's part rank_ of `in` (parts and pieces as `schedule` says) in rank order
+  // into `out`, which receives the part's elements. Round by round, one NCCL group sends each
+  // other rank its piece of its part and receives this rank's piece from every other rank into
+  // a scratch row per sender; then the kernel reduces those rows and this rank's own piece,
+  // read in place. This rank's part is never sent, so `out` may be that part of `in`.
+  void reduce_own_part(const Tensor& in, const ExchangeSchedule& schedule, ReduceOp op,
+                       const Buffer& scratch, void* out) {
+    const size_t element = dtype_size(in.dtype);
+    const int64_t own_begin = schedule.part(rank_).begin;
+    char* rows = static_cast<char*>(scratch.data());
+    const size_t row_bytes = static_cast<size_t>(schedule.chunk) * element;
+    for (int round = 0; round < schedule.rounds; ++round) {
+      const ElementRange piece = schedule.piece(rank_, round);
+      if (size_ > 1) {
+        NCCL_CHECK(ncclGroupStart());
+        for (int peer = 0; peer < size_; ++peer) {
+          if (peer == rank_) continue;
+          const ElementRange sent = schedule.piece(peer, round);
+          if (!sent.empty()) {
+            NCCL_CHECK(ncclSend(element_address(in, sent.begin),
+                                static_cast<size_t>(sent.size()) * element, ncclUint8, peer,
+                                comm_, stream_));
+          }
+          if (!piece.empty()) {
+            const int row = peer < rank_ ? peer : peer - 1;
+            NCCL_CHECK(ncclRecv(rows + row * row_bytes,
+                                static_cast<size_t>(piece.size()) * element, ncclUint8, peer,
+                                comm_, stream_));
+          }
+        }
+        NCCL_CHECK(ncclGroupEnd());
+      }
+      if (piece.empty()) continue;
+      const DeviceRows received{rows, schedule.chunk, element_address(in, piece.begin), rank_,
+                                size_};
+      void* target =
+          static_cast<char*>(out) + static_cast<size_t>(piece.begin - own_begin) * element;
+      if (op == ReduceOp::max) {
+        launch_max_of_rows(received, piece.size(), in.dtype, target, stream_);
+      } else {
+        launch_sum_in_rank_order(received, piece.size(), in.dtype, target, stream_);
+      }
+    }
+  }
+
+  // Sends this rank's part of `t` (reduced in place) to every rank and receives theirs.
+  void gather_parts(const Tensor& t, const ExchangeSchedule& schedule) {
+    if (size_ == 1) return;
+    const ElementRange mine = schedule.part(rank_);
+    const size_t element = dtype_size(t.dtype);
+    if (t.numel() % size_ == 0) {  // equal parts: NCCL's in-place all-gather
+      NCCL_CHECK(ncclAllGather(element_address(t, mine.begin), t.data,
+                               static_cast<size_t>(mine.size()) * element, ncclUint8, comm_,
+                               stream_));
+      return;
+    }
+    NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size_; ++peer) {
+      const ElementRange theirs = schedule.part(peer);
+      if (peer == rank_) continue;
+      if (!mine.empty()) {
+        NCCL_CHECK(ncclSend(element_address(t, mine.begin),
+                            static_cast<size_t>(mine.size()) * element, ncclUint8, peer, comm_,
+                            stream_));
+      }
+      if (!theirs.empty()) {
+        NCCL_CHECK(ncclRecv(element_address(t, theirs.begin),
+                            static_cast<size_t>(theirs.size()) * element, ncclUint8, peer, comm_,
+                            stream_));
+      }
+    }
+    NCCL_CHECK(ncclGroupEnd());
   }
 
   ncclComm_t comm_ = nullptr;
@@ -518,6 +602,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t producer_ready_ = nullptr;
   float* barrier_word_ = nullptr;
+  CudaMallocAllocator default_staging_;  // the staging while no allocator is set
+  Allocator* staging_ = nullptr;         // set_staging_allocator's, or null
   std::shared_ptr<PointToPointGroup> pending_;  // send_async/recv_async calls not yet issued
   int rank_ = 0;
   int size_ = 1;

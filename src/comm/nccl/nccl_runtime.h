@@ -19,9 +19,10 @@ void check_nccl(ncclResult_t result, const char* call, const char* file, int lin
 void check_cuda(cudaError_t status, const char* call, const char* file, int line);
 
 // Returns whether NCCL itself runs this reduction (plain sums of f32, i32 and u32). The rest
-// (ordered_sum, max, 16-bit sums) gather every rank's contribution and reduce on the host in
-// rank order with the CPU kernels of comm/reduce_kernels.h, so the bits match the MPI
-// communicator's and do not depend on NCCL's algorithm.
+// (ordered_sum, max, 16-bit sums) move every rank's contribution with grouped send/recv and
+// reduce it in rank order on the device (rank_order_reduce.h), so the bits match the host
+// kernels of comm/reduce_kernels.h (the MPI communicator's) and do not depend on NCCL's
+// algorithm.
 bool runs_on_nccl(ReduceOp op, DType dtype);
 // Returns NCCL's datatype for a dtype that runs_on_nccl accepts.
 ncclDataType_t datatype_of(DType dtype);
