@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/exact_square_sum.h"
 #include "core/trace.h"
 #include "model/llama_parameters.h"
 #include "parallel/collectives.h"
-#include "parallel/exact_sum.h"
 
 namespace anvil {
 namespace {
