@@ -447,4 +447,19 @@ bool Backend::all_finite(const Tensor& x) {
   return all_finite_kernel(x);
 }
 
+void Backend::accumulate_exact_squares(const Tensor& x, const Tensor& counters) {
+  const OpChecks c(*this, "accumulate_exact_squares");
+  c.tensor(x, "x", {DType::f32});
+  c.tensor(counters, "counters", {DType::u32}, Shape{2 * kExactCounterCount});
+  ANVIL_CHECK(reinterpret_cast<uintptr_t>(counters.data) % alignof(uint64_t) == 0,
+              "[accumulate_exact_squares] counters must be 8-byte aligned (they are read as "
+              "64-bit integers)");
+  ANVIL_CHECK(x.numel() <= kExactCounterCapacity,
+              "[accumulate_exact_squares] x has {} elements; the counters take at most {} "
+              "between foldings",
+              x.numel(), kExactCounterCapacity);
+  if (x.numel() == 0) return;
+  accumulate_exact_squares_kernel(x, counters);
+}
+
 }  // namespace anvil

@@ -20,6 +20,7 @@
 
 #include "backend/attention_mask.h"
 #include "core/buffer.h"
+#include "core/exact_square_sum.h"
 #include "core/tensor.h"
 
 namespace anvil {
@@ -262,6 +263,14 @@ class Backend : public Allocator {
   double sum_squares(const Tensor& x);
   // Returns false when any element is NaN or infinite.
   bool all_finite(const Tensor& x);
+  // Adds the square of every element of x (f32, any shape, at most kExactCounterCapacity
+  // elements) exactly into `counters`: the digit counters of core/exact_square_sum.h, 21
+  // unsigned 64-bit integers in the device's (little-endian) byte order, held as a u32 (42)
+  // tensor since DType has no 64-bit integer, 8-byte aligned. Integer adds only, so the result
+  // is the same bits in any order. The caller zeroes the counters, adds at most
+  // kExactCounterCapacity elements in all before copying them to the host, and folds them
+  // with ExactSquareSum::add_digit_counters.
+  void accumulate_exact_squares(const Tensor& x, const Tensor& counters);
 
   // Returns whether every op runs activations (and GEMM operands) of `dtype`: f32 and bf16
   // everywhere; f16 where the backend has f16 kernels.
@@ -328,6 +337,14 @@ class Backend : public Allocator {
   virtual void dropout_kernel(const Tensor& x, const Tensor& out, float p, uint64_t seed) = 0;
   virtual double sum_squares_kernel(const Tensor& x) = 0;
   virtual bool all_finite_kernel(const Tensor& x) = 0;
+  virtual void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) = 0;
+
+  // Returns accumulate_exact_squares' counters as the 64-bit integers they hold, for a kernel
+  // that reaches them at a host address (`counters` is a host view of them).
+  static std::span<uint64_t, kExactCounterCount> exact_counters(const Tensor& counters) {
+    return std::span<uint64_t, kExactCounterCount>(static_cast<uint64_t*>(counters.data),
+                                                   kExactCounterCount);
+  }
 };
 
 // Creates a backend by name from the registry (backend/registry.h). Throws naming the valid

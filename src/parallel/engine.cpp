@@ -11,7 +11,6 @@
 #include "core/trace.h"
 #include "model/llama_parameters.h"
 #include "parallel/collectives.h"
-#include "parallel/exact_sum.h"
 
 namespace anvil {
 namespace {
@@ -161,6 +160,8 @@ void DataParallelEngine::allocate_state(int micro_batches) {
     if (!fast_ && micro_batches > 1)  // exact: the running sum goes back up
       running_sum_source_ = SlotPool(backend, 1, plan_.max_padded() / mesh_->data_world());
   }
+  if (!mesh_->offload())
+    norm_counters_ = Buffer(backend, kNormCounterBytes, MemoryCategory::workspace);
   if (stage_ == 3) {
     if (lora_) {
       frozen_shards_.resize(static_cast<size_t>(frozen_plan_.group_count()));
@@ -366,29 +367,60 @@ std::vector<std::vector<DataParallelEngine::ElementRange>> DataParallelEngine::n
   return ranges;
 }
 
+Tensor DataParallelEngine::norm_counters() const {
+  return norm_counters_.as(DType::u32, Shape{2 * kExactCounterCount});
+}
+
+void DataParallelEngine::add_device_squares(const Tensor& values, ExactSquareSum& sum) {
+  Backend& backend = model_->backend();
+  for (int64_t done = 0; done < values.numel();) {
+    if (norm_counter_fill_ == kExactCounterCapacity) {  // full: fold them, start again
+      fold_norm_counters(sum);
+      backend.fill_zero(norm_counters());
+      norm_counter_fill_ = 0;
+    }
+    const int64_t count =
+        std::min(values.numel() - done, kExactCounterCapacity - norm_counter_fill_);
+    backend.accumulate_exact_squares(values.flat(done, count), norm_counters());
+    norm_counter_fill_ += count;
+    done += count;
+  }
+}
+
+void DataParallelEngine::fold_norm_counters(ExactSquareSum& sum) {
+  ExactSquareSum::DigitCounters counters;
+  model_->backend().copy_to_host(counters.data(), norm_counters());
+  sum.add_digit_counters(counters);
+}
+
 double DataParallelEngine::global_grad_norm() {
+  // This rank's squares: on the device into the digit counters, which reach the host once
+  // (a few dozen words, not the gradient); offloaded, from the host optimizer's copies.
   ExactSquareSum local;
-  std::vector<float> host;
+  if (!offloaded()) {
+    model_->backend().fill_zero(norm_counters());
+    norm_counter_fill_ = 0;
+  }
   for (int g = 0; g < plan_.group_count(); ++g) {
     const GroupShard& s = plan_.group(g);
     if (s.slice_length == 0) continue;  // this rank's slice is all padding
-    // Offloaded, the slice is part of the shard's host copy; else it is read where it lies.
     const int index = storage_[static_cast<size_t>(g)].optimizer_index;
     const Tensor slice = offloaded() ? host_optimizer_->gradient(index).flat(
                                            s.slice_begin - s.shard_begin, s.slice_length)
                                      : reduced_gradient_slice(g);
-    const float* values = slice.device.is_cpu() ? slice.f32() : nullptr;
-    if (values == nullptr) {
-      host.resize(static_cast<size_t>(slice.numel()));
-      model_->backend().copy_to_host(host.data(), slice);
-      values = host.data();
-    }
     for (const ElementRange& range : norm_ranges_[static_cast<size_t>(g)]) {
       const int64_t lo = std::max(range.begin, s.slice_begin);
       const int64_t hi = std::min(range.begin + range.length, s.slice_begin + s.slice_length);
-      if (lo < hi) local.add_squares(values + (lo - s.slice_begin), hi - lo);
+      if (lo >= hi) continue;
+      const Tensor part = slice.flat(lo - s.slice_begin, hi - lo);
+      if (offloaded()) {
+        local.add_squares(part.f32(), part.numel());
+      } else {
+        add_device_squares(part, local);
+      }
     }
   }
+  if (!offloaded()) fold_norm_counters(local);
   const ExactSquareSum::Words words = local.to_words();
   const std::vector<uint64_t> all = all_gather_words(mesh_->world(), words);
   ExactSquareSum total;

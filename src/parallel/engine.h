@@ -62,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exact_square_sum.h"
 #include "model/compute_weights.h"
 #include "model/llama.h"
 #include "optim/adamw.h"
@@ -223,6 +224,10 @@ class DataParallelEngine final : private GroupHooks {
   // Returns what the offloaded optimizer holds in host memory (masters, gradient copies,
   // moments), by category; all zero without offload.
   MemorySnapshot host_memory() const;
+
+  // The gradient norm's digit counters on the device (workspace; none with offload, where the
+  // norm reads the host optimizer's gradient copies).
+  static constexpr int64_t kNormCounterBytes = kExactCounterCount * sizeof(uint64_t);
 
   // Planning (engine_plan.cpp): what a run would hold and send, from the shard plans and the
   // model's planned_memory alone, allocating nothing. `options` are the run's model options
@@ -500,6 +505,14 @@ class DataParallelEngine final : private GroupHooks {
   bool scatter_pending() const;
   void finish_micro_step(bool last);
   double global_grad_norm();
+  // The gradient norm's digit counters on the device (Backend::accumulate_exact_squares).
+  Tensor norm_counters() const;
+  // Adds the squares of device tensor `values` to the counters, first folding them into `sum`
+  // and zeroing them whenever they hold kExactCounterCapacity squares (over 2^32 gradient
+  // elements on one rank).
+  void add_device_squares(const Tensor& values, ExactSquareSum& sum);
+  // Copies the counters to the host and adds what they hold to `sum`.
+  void fold_norm_counters(ExactSquareSum& sum);
   void publish_weights();
   // Offload (engine_offload.cpp): builds the host optimizer; copies each group's reduced
   // gradient shard (and, when they changed on the device, the weights) to the host; steps the
@@ -546,6 +559,8 @@ class DataParallelEngine final : private GroupHooks {
   bool host_masters_stale_ = true;  // the device's weights were written since the last copy
   std::vector<bool> device_shard_stale_;  // shards_offloaded(): the host master is newer
   Buffer host_cast_staging_;  // shards_offloaded(): a master shard cast on the host
+  Buffer norm_counters_;      // without offload: global_grad_norm's digit counters
+  int64_t norm_counter_fill_ = 0;  // squares added to them since they were zeroed
   GradientSlotPlan gradient_plan_;     // stages 2-3
   std::array<SlotPool, 2> shard_staging_;  // shards_offloaded(), by gradient pool
   SlotPool running_sum_source_;  // shards_offloaded(), grad_accum > 1: this rank's slice

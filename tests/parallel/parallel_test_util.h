@@ -274,8 +274,9 @@ class Harness {
 // are several micro-batches); stage 3 pads a group to a multiple of 16 x world elements and
 // holds 1/world of its weights and gradients, m and v of the real elements of that shard, and
 // three weight and three gradient slots of the largest padded group (communication; one more
-// for the running sum with several micro-batches). The
-// activations are the model's arena; nothing else is allocated before the first step.
+// for the running sum with several micro-batches). The activations are the model's arena;
+// without offload, the workspace is the gradient norm's digit counters (168 bytes); nothing
+// else is allocated before the first step.
 inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& model, int world,
                                               int rank) {
   const ParameterLayout& layout = model.trainable().layout();
@@ -322,6 +323,7 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
                                                      spec.grad_accum > 1 ? 2 : 1);
   at(MemoryCategory::optimizer_state) = optimizer;
   at(MemoryCategory::activations) = static_cast<int64_t>(model.activation_bytes());
+  at(MemoryCategory::workspace) = spec.offload ? 0 : kExactCounterCount * sizeof(uint64_t);
   // Stage 3: weight slots (1 + prefetch of the layers' size, and the outer ones), gradient
   // slots (2 of the layers' size and the outer ones), and with several micro-batches a
   // running-sum slot.

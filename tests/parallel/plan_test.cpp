@@ -1,15 +1,10 @@
-// Mesh resolution, shard arithmetic, decay spans and the exact sum of squares.
+// Mesh resolution, shard arithmetic and decay spans.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <random>
 #include <vector>
 
 #include "core/error.h"
 #include "model/llama_parameters.h"
-#include "parallel/exact_sum.h"
 #include "parallel/mesh.h"
 #include "parallel/shard_plan.h"
 #include "parallel_test_util.h"
@@ -143,69 +138,6 @@ TEST(ShardPlan, SpansInARangeAreRebasedAndClipped) {
   EXPECT_EQ(part[1].count, 64);
   EXPECT_EQ(part[2].count, 16);
   EXPECT_TRUE(spans_in_range(full, 112, 16).empty());
-}
-
-std::vector<float> wide_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-140, 60);
-  std::vector<float> values(n);
-  for (float& v : values) v = std::ldexp(mantissa(rng), exponent(rng));
-  return values;
-}
-
-TEST(ExactSquareSum, EveryGroupingGivesTheSameBits) {
-  const std::vector<float> values = wide_values(300000, 7);
-  ExactSquareSum whole;
-  whole.add_squares(values.data(), static_cast<int64_t>(values.size()));
-  for (size_t parts : {2u, 3u, 7u, 64u}) {
-    ExactSquareSum combined;
-    for (size_t p = 0; p < parts; ++p) {
-      const size_t begin = values.size() * p / parts, end = values.size() * (p + 1) / parts;
-      ExactSquareSum piece;
-      piece.add_squares(values.data() + begin, static_cast<int64_t>(end - begin));
-      combined.add(piece);
-    }
-    EXPECT_EQ(combined, whole) << parts << " parts";
-  }
-  std::vector<float> shuffled = values;
-  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(3));
-  ExactSquareSum reordered;
-  reordered.add_squares(shuffled.data(), static_cast<int64_t>(shuffled.size()));
-  EXPECT_EQ(reordered, whole);
-  EXPECT_EQ(ExactSquareSum::from_words(whole.to_words()), whole);
-}
-
-TEST(ExactSquareSum, ValueIsTheCorrectSum) {
-  const std::vector<float> values = {3.0f, -4.0f, 1e-30f, 1e20f, 0.0f, -0.0f, 1e-45f};
-  ExactSquareSum sum;
-  sum.add_squares(values.data(), static_cast<int64_t>(values.size()));
-  long double expected = 0;
-  for (float v : values) expected += static_cast<long double>(v) * v;
-  EXPECT_NEAR(sum.value(), static_cast<double>(expected), 1e-15 * static_cast<double>(expected));
-
-  const std::vector<float> small = {0.5f, 0.25f, 3.0f};
-  ExactSquareSum exact;
-  exact.add_squares(small.data(), 3);
-  EXPECT_EQ(exact.value(), 0.25 + 0.0625 + 9.0);
-  EXPECT_TRUE(exact.finite());
-  EXPECT_EQ(ExactSquareSum().value(), 0.0);
-}
-
-TEST(ExactSquareSum, NonFiniteValuesPropagate) {
-  std::vector<float> values = wide_values(1000, 1);
-  values[17] = std::numeric_limits<float>::infinity();
-  ExactSquareSum inf;
-  inf.add_squares(values.data(), 1000);
-  EXPECT_FALSE(inf.finite());
-  EXPECT_TRUE(std::isinf(inf.value()));
-  values[500] = std::nanf("");
-  ExactSquareSum nan;
-  nan.add_squares(values.data(), 1000);
-  EXPECT_TRUE(std::isnan(nan.value()));
-  ExactSquareSum finite;
-  finite.add(nan);
-  EXPECT_TRUE(std::isnan(finite.value()));
 }
 
 }  // namespace

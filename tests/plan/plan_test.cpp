@@ -188,8 +188,9 @@ TEST(PlanReferenceWorkloads, Llama405BLoraOnEightMi300x) {
   EXPECT_EQ(bytes(plan, MemoryCategory::activations),
             bf16_arena(a, n, 1) + 4 * round256(2 * n * r) + round256(2 * n * r) +
                 round256(4 * a.C));
-  // bf16 copies of the adapters (the bf16 base computes as it is).
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 2 * a.L * adapters);
+  // bf16 copies of the adapters (the bf16 base computes as it is), the norm's counters.
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace),
+            2 * a.L * adapters + DataParallelEngine::kNormCounterBytes);
   EXPECT_TRUE(plan.fits);
   EXPECT_EQ(plan.trainable, a.L * (4 * r * a.C + r * a.q() + 2 * r * a.kv() + r * a.C));
 }
@@ -260,7 +261,8 @@ TEST(PlanReferenceWorkloads, Llama405BFullTrainingOn512H100FitsIn40GiB) {
                            {"training.activation_checkpointing", "true"},
                            {"training.seq_len", "8192"}, {"model.max_seq_len", "8192"}});
   const Plan plan = make_plan(config, settings_for("h100", 512));
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);  // no bf16 copy of the tp shard
+  // No bf16 copy of the tp shard: the gradient norm's counters only.
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), DataParallelEngine::kNormCounterBytes);
   EXPECT_LE(plan.device_total, 40 * kGiB);
 }
 
@@ -275,7 +277,7 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
   EXPECT_EQ(bytes(plan, MemoryCategory::trainable_weights), 4 * a.shards(8));
   EXPECT_EQ(bytes(plan, MemoryCategory::gradients), 4 * a.shards(8));
   EXPECT_EQ(bytes(plan, MemoryCategory::optimizer_state), 8 * a.shards(8));
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), DataParallelEngine::kNormCounterBytes);
   // The largest group is the 128256 x 4096 untied head; the embedding/head weight slot holds
   // the f32 embedding table (a little smaller than the head in f32, larger than it in bf16).
   EXPECT_EQ(a.largest_padded(8), padded(a.head_group(), 8));
@@ -296,7 +298,8 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
       gathered += t.collective.payload_bytes;
   EXPECT_EQ(gathered, 4 * padded(a.embedding_group(), 8) + (a.L + a.L - 2) * layer_gather +
                           head_gather);
-  const int64_t total = 16 * a.shards(8) + comm + bf16_arena(a, 4096, a.L);
+  const int64_t total = 16 * a.shards(8) + comm + bf16_arena(a, 4096, a.L) +
+                        DataParallelEngine::kNormCounterBytes;
   EXPECT_EQ(plan.device_total, total);
   EXPECT_LE(plan.device_total, 42 * kGiB);  // what FSDP2 and DeepSpeed hold, about 39 GiB
   EXPECT_EQ(plan.fits, total <= static_cast<int64_t>(0.95 * 64.0 * kGiB));

@@ -193,6 +193,10 @@ bool CpuBackend::all_finite_kernel(const Tensor& x) {
   return optimized_ ? optimized_->all_finite(x) : cpu_ref::all_finite(x);
 }
 
+void CpuBackend::accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) {
+  add_squares_to_digit_counters(x.f32(), x.numel(), exact_counters(counters));
+}
+
 std::unique_ptr<Backend> make_cpu_backend(bool reference) {
   return std::make_unique<CpuBackend>(reference);
 }

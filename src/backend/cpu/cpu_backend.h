@@ -86,6 +86,7 @@ class CpuBackend final : public Backend {
                          const AdamWParams& params, const Tensor* param_copy) override;
   double sum_squares_kernel(const Tensor& x) override;
   bool all_finite_kernel(const Tensor& x) override;
+  void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) override;
 
  protected:
   // Host memory (the CPU's device memory), counted by Allocator.

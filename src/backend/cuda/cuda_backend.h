@@ -97,6 +97,7 @@ class CudaBackend final : public Backend {
   void dropout_kernel(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
   double sum_squares_kernel(const Tensor& x) override;
   bool all_finite_kernel(const Tensor& x) override;
+  void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) override;
 
  protected:
   // Blocks of the caching allocator, counted by Allocator (the requested bytes; the cache's

@@ -278,4 +278,10 @@ bool CudaBackend::all_finite_kernel(const Tensor& x) {
   return nonfinite == 0;
 }
 
+void CudaBackend::accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) {
+  cuda::launch_accumulate_exact_squares(x.f32(), x.numel(), static_cast<uint64_t*>(counters.data),
+                                        stream());
+  CUDA_CHECK_LAUNCH("accumulate_exact_squares");
+}
+
 }  // namespace anvil

@@ -116,4 +116,9 @@ void launch_sum_squares(ConstArray x, int64_t n, double* scratch, double* result
 // Sets *nonfinite (device int, zeroed by the caller) to 1 when any element is NaN or inf.
 void launch_find_nonfinite(ConstArray x, int64_t n, int* nonfinite, cudaStream_t stream);
 
+// Adds the squares of x's n elements to the digit counters of core/exact_square_sum.h
+// (kExactCounterCount device u64, 8-byte aligned) with integer atomics: deterministic.
+void launch_accumulate_exact_squares(const float* x, int64_t n, uint64_t* counters,
+                                     cudaStream_t stream);
+
 }  // namespace anvil::cuda

@@ -286,6 +286,13 @@ bool SimBackend::all_finite_kernel(const Tensor& x) {
   return result;
 }
 
+void SimBackend::accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) {
+  // On the kernel view, as every kernel: the counters stay in device memory (no host copy).
+  run([x = kernel_view(x), counters = kernel_view(counters)] {
+    add_squares_to_digit_counters(x.f32(), x.numel(), exact_counters(counters));
+  });
+}
+
 void register_sim_backend(BackendRegistry& registry) {
   registry.add({"sim",
                 [] {

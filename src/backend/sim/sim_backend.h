@@ -111,6 +111,7 @@ class SimBackend final : public Backend {
                          const Tensor* param_copy) override;
   double sum_squares_kernel(const Tensor& x) override;
   bool all_finite_kernel(const Tensor& x) override;
+  void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) override;
 
  private:
   // Returns t as the kernels see it: a host tensor over the kernel view of its memory.

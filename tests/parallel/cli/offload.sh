@@ -3,7 +3,8 @@
 #  1. two ranks on the simulated device, ZeRO stages 1, 2 and 3 (stage 3 also in bf16), two
 #     micro-batches: metrics identical with and without offload bit for bit; with offload the
 #     device holds no optimizer state, and its peak is lower by exactly the optimizer state the
-#     run without offload held; under stage 3 it holds no gradient shard either (each goes to
+#     run without offload held and the gradient norm's 168 bytes of device counters (with
+#     offload the norm reads the host's gradient copies); under stage 3 it holds no gradient shard either (each goes to
 #     the host through a staging slot) and, in bf16, its weight shard in bf16: the peak is lower
 #     by exactly the optimizer state, the gradient shards and the weight bytes saved, less the
 #     staging slots;
@@ -14,6 +15,7 @@
 # usage: offload.sh <anvil> <mpirun> <scratch folder>
 . "$(dirname "$0")/common.sh"
 STEPS="--training.steps=4 --training.eval_steps=0"
+NORM_COUNTERS=168  # DataParallelEngine::kNormCounterBytes: workspace only without offload
 
 # last_field <run> <field>: the number after "field": on the last train line of metrics.jsonl.
 last_field() {
@@ -41,7 +43,7 @@ for variant in 1:f32 2:f32 3:f32 3:bf16; do
   expect "$WORK/$on.log" "host memory per rank" "stage $stage: the host memory report"
   state=$(last_field "$off" optimizer_state)
   [ "$state" -gt 0 ] || fail "stage $stage: no optimizer state measured without offload"
-  saved=$state
+  saved=$((state + NORM_COUNTERS))
   if [ "$stage" -eq 3 ]; then
     [ "$(last_field "$on" gradients)" -eq 0 ] ||
       fail "stage 3 $dtype: the device held gradient shards with offload" "$WORK/$on/metrics.jsonl"
@@ -56,7 +58,8 @@ for variant in 1:f32 2:f32 3:f32 3:bf16; do
     fi
     staging=$(($(last_field "$on" communication) - $(last_field "$off" communication)))
     [ "$staging" -gt 0 ] || fail "stage 3 $dtype: no gradient staging slots measured"
-    saved=$((state + $(last_field "$off" gradients) + weights_off - weights_on - staging))
+    saved=$((state + NORM_COUNTERS + $(last_field "$off" gradients) + weights_off - weights_on -
+      staging))
   fi
   drop=$(($(last_field "$off" mem_peak_bytes) - $(last_field "$on" mem_peak_bytes)))
   [ "$drop" -eq "$saved" ] ||

@@ -1,7 +1,8 @@
-// Exact sum of squares (see exact_sum.h). The hot loop buckets squares by the f32 exponent in
-// plain 64-bit integers (each square's integer part m^2 is below 2^48, so a bucket takes 2^16
-// of them before it could overflow) and folds the buckets into the wide integer once per block.
-#include "parallel/exact_sum.h"
+// Exact sum of squares (see exact_square_sum.h). The hot loop buckets squares by the f32
+// exponent in plain 64-bit integers (each square's integer part m^2 is below 2^48, so a bucket
+// takes 2^16 of them before it could overflow) and folds the buckets into the wide integer
+// once per block.
+#include "core/exact_square_sum.h"
 
 #include <cmath>
 #include <cstring>
@@ -10,13 +11,7 @@ namespace anvil {
 namespace {
 
 constexpr int64_t kBlock = int64_t{1} << 16;  // squares per bucket before folding
-constexpr int kUnitExponent = -298;           // the integer's unit is 2^-298
-constexpr uint64_t kInfinityFlag = 1;
-constexpr uint64_t kNanFlag = 2;
-
-// Returns the power of two of an f32 with biased exponent field `biased` (0 = subnormal):
-// value = m * 2^k with m the 24-bit significand (implicit bit included when normal).
-int significand_exponent(int biased) { return (biased == 0 ? 1 : biased) - 150; }
+constexpr int kDigitsPerLimb = 64 / kExactDigitBits;
 
 }  // namespace
 
@@ -56,13 +51,12 @@ void ExactSquareSum::add_squares(const float* values, int64_t count) {
       }
       if (buckets[255] != 0) {  // exponent field all ones: an infinity or a NaN
         for (int64_t i = begin; i < end; ++i) {
-          if (std::isnan(values[i])) local.flags_ |= kNanFlag;
-          if (std::isinf(values[i])) local.flags_ |= kInfinityFlag;
+          if (std::isnan(values[i])) local.flags_ |= kExactNanFlag;
+          if (std::isinf(values[i])) local.flags_ |= kExactInfinityFlag;
         }
       }
-      for (int biased = 0; biased < 255; ++biased) {
-        local.add_shifted(buckets[biased], 2 * significand_exponent(biased) - kUnitExponent);
-      }
+      for (uint32_t biased = 0; biased < 255; ++biased)
+        local.add_shifted(buckets[biased], exact_square_bit(biased));
     }
 #pragma omp critical(anvil_exact_square_sum)
     add(local);
@@ -74,9 +68,23 @@ void ExactSquareSum::add(const ExactSquareSum& other) {
   flags_ |= other.flags_;
 }
 
+void ExactSquareSum::add_digit_counters(const DigitCounters& counters) {
+  for (int d = 0; d < kExactDigitCount; ++d) add_shifted(counters[d], d * kExactDigitBits);
+  flags_ |= counters[kExactFlagsCounter];
+}
+
+void ExactSquareSum::add_to_digit_counters(
+    std::span<uint64_t, kExactCounterCount> counters) const {
+  for (int d = 0; d < kExactDigitCount; ++d) {
+    const uint64_t limb = limbs_[d / kDigitsPerLimb];
+    counters[d] += (limb >> (d % kDigitsPerLimb * kExactDigitBits)) & 0xffffffffu;
+  }
+  counters[kExactFlagsCounter] |= flags_;
+}
+
 double ExactSquareSum::value() const {
-  if (flags_ & kNanFlag) return std::nan("");
-  if (flags_ & kInfinityFlag) return HUGE_VAL;
+  if (flags_ & kExactNanFlag) return std::nan("");
+  if (flags_ & kExactInfinityFlag) return HUGE_VAL;
   int top = kLimbs - 1;
   while (top >= 0 && limbs_[top] == 0) --top;
   if (top < 0) return 0.0;
@@ -84,9 +92,18 @@ double ExactSquareSum::value() const {
   // of their rounded values is a fixed function of the exact integer.
   double result = 0.0;
   for (int i = top; i >= 0 && i > top - 3; --i) {
-    result += std::ldexp(static_cast<double>(limbs_[i]), 64 * i + kUnitExponent);
+    result += std::ldexp(static_cast<double>(limbs_[i]), 64 * i + kExactUnitExponent);
   }
   return result;
+}
+
+void add_squares_to_digit_counters(const float* values, int64_t count,
+                                   std::span<uint64_t, kExactCounterCount> counters) {
+  // The bucketed exact sum is the fast host path; its digits (each below 2^32, as one
+  // square's are) then go to the counters, so the capacity rule holds with room to spare.
+  ExactSquareSum sum;
+  sum.add_squares(values, count);
+  sum.add_to_digit_counters(counters);
 }
 
 ExactSquareSum::Words ExactSquareSum::to_words() const {
