@@ -49,8 +49,9 @@
 // keeps the weights it computes with and its gradients. Stage 3 (DeepSpeed's offload_optimizer
 // with ZeRO-3): the device keeps only what the gathers read, its shard in the gather dtype (a
 // bf16 model: bf16 plus its packed f32 norm parts), and each reduced gradient shard leaves
-// the device as its reduction finishes, through a transient staging slot. Results are bitwise
-// those without offload.
+// the device as its reduction finishes, through a transient staging slot; with
+// mesh.offload_params() (DeepSpeed's offload_param) that shard is host memory too, uploaded into
+// its own place in a slot before each gather. Results are bitwise those without offload.
 #pragma once
 
 #include <array>

@@ -19,7 +19,9 @@
 // element-wise, so the gathered values are those a device-side cast would give). Gradients
 // never rest on the device: each group's reduce-scatter lands in a staging slot and is copied
 // into the host optimizer's gradient as soon as it has arrived (step 1 above has nothing left
-// to copy).
+// to copy). With offload_params (params_offloaded()) the shard itself is host memory: the host
+// casts into it directly, and each gather uploads this rank's part into the slot
+// (gather_group_into).
 #include <algorithm>
 
 #include "core/error.h"
