@@ -155,8 +155,11 @@ void DataParallelEngine::allocate_state(int micro_batches) {
   if (shards_offloaded) {
     device_shard_stale_.assign(static_cast<size_t>(plan_.group_count()), false);
     const GradientSlotPlan staging = plan_shard_staging(model_->config(), plan_);
-    for (int k = 0; k < 2; ++k)
+    for (int k = 0; k < 2; ++k) {
       shard_staging_[k] = SlotPool(backend, staging.count[k], staging.elements[k]);
+      staging_downloads_[k].resize(static_cast<size_t>(staging.count[k]));
+    }
+    offload_stream_ = backend.create_stream();
     if (!fast_ && micro_batches > 1)  // exact: the running sum goes back up
       running_sum_source_ = SlotPool(backend, 1, plan_.max_padded() / mesh_->data_world());
   }

@@ -49,7 +49,7 @@
 // keeps the weights it computes with and its gradients. Stage 3 (DeepSpeed's offload_optimizer
 // with ZeRO-3): the device keeps only what the gathers read, its shard in the gather dtype (a
 // bf16 model: bf16 plus its packed f32 norm parts), and each reduced gradient shard leaves
-// the device as its reduction finishes, through a transient staging slot; with
+// the device on a copy stream as its reduction finishes, through a transient staging slot; with
 // mesh.offload_params() (DeepSpeed's offload_param) that shard is host memory too, uploaded into
 // its own place in a slot before each gather. Results are bitwise those without offload.
 #pragma once
@@ -497,11 +497,15 @@ class DataParallelEngine final : private GroupHooks {
   // Returns group g's reduced shard on the device: its grad_shard, or (shards_offloaded())
   // the staging slot of its pending reduction.
   Tensor reduced_shard(const PendingReduction& p) const;
-  // Called when a reduction has fully arrived: with shards_offloaded(), copies the shard to
-  // the host optimizer's gradient and frees its staging slot.
+  // Called when a reduction has fully arrived: with shards_offloaded(), queues the shard's
+  // copy to the host optimizer's gradient on the offload stream; its staging slot is freed
+  // when that copy has completed (release_downloaded_staging).
   void finish_reduction(const PendingReduction& p);
+  // shards_offloaded(): frees the staging slots whose copy to the host has completed; with
+  // `wait`, first waits for every copy queued so far.
+  void release_downloaded_staging(bool wait);
   // shards_offloaded(): returns a free staging slot for group g, finishing the oldest
-  // reductions until one is free.
+  // reductions and copies until one is free.
   int take_shard_staging(int group);
   bool scatter_pending() const;
   void finish_micro_step(bool last);
@@ -584,6 +588,11 @@ class DataParallelEngine final : private GroupHooks {
   std::vector<Batch> local_batches_;
   size_t use_position_ = 0;
   GroupSpan group_span_;
+  // shards_offloaded(): the copy stream reduced gradient shards leave the device on while
+  // backward goes on, and per staging pool and slot the event of the copy out of it (null when
+  // none is in flight). Declared last: destroyed first, after its queued copies have run.
+  std::unique_ptr<Stream> offload_stream_;
+  std::array<std::vector<std::unique_ptr<Event>>, 2> staging_downloads_;
 };
 
 }  // namespace anvil

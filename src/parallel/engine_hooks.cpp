@@ -467,21 +467,48 @@ Tensor DataParallelEngine::reduced_shard(const PendingReduction& p) const {
 
 void DataParallelEngine::finish_reduction(const PendingReduction& p) {
   if (p.staging < 0) return;
+  const size_t pool = gradient_pool_of(p.group);
   const int64_t length = plan_.group(p.group).shard_length;
-  if (length > 0)
-    model_->backend().copy_to_host(host_gradient(p.group).f32(), reduced_shard(p).flat(0, length));
-  shard_staging_[gradient_pool_of(p.group)].set_in_use(p.staging,
-                                                                                        false);
+  if (length == 0) {  // all padding: nothing to copy
+    shard_staging_[pool].set_in_use(p.staging, false);
+    return;
+  }
+  // The copy waits for what the compute stream has queued (a fast reduction lands there), and
+  // runs beside the backward of the next groups; the slot stays taken until it has completed.
+  Backend& backend = model_->backend();
+  offload_stream_->wait_event(*backend.record_event());
+  offload_stream_->copy_to_host(host_gradient(p.group).f32(), reduced_shard(p).flat(0, length));
+  staging_downloads_[pool][static_cast<size_t>(p.staging)] = offload_stream_->record_event();
+}
+
+void DataParallelEngine::release_downloaded_staging(bool wait) {
+  if (wait) offload_stream_->synchronize();
+  for (size_t pool = 0; pool < staging_downloads_.size(); ++pool) {
+    std::vector<std::unique_ptr<Event>>& downloads = staging_downloads_[pool];
+    for (size_t slot = 0; slot < downloads.size(); ++slot) {
+      if (downloads[slot] && (wait || downloads[slot]->done())) {
+        downloads[slot].reset();
+        shard_staging_[pool].set_in_use(static_cast<int>(slot), false);
+      }
+    }
+  }
 }
 
 int DataParallelEngine::take_shard_staging(int group) {
   SlotPool& pool = shard_staging_[gradient_pool_of(group)];
   int slot = pool.take_without_waiting(group);
   while (slot < 0) {
-    // Every staging slot of this kind holds a shard still on its way: finish the oldest
-    // reductions (testing, not blocking, on the assemblies so every handle keeps moving).
-    ANVIL_CHECK(!reductions_.empty(), "[parallel] every gradient staging slot is in use");
-    poll_reductions(scatter_pending());
+    // Every staging slot of this kind holds a shard still on its way: free those whose copy
+    // has completed, else finish the oldest reductions (testing, not blocking, on the
+    // assemblies so every handle keeps moving), else wait for the copies.
+    release_downloaded_staging(false);
+    slot = pool.take_without_waiting(group);
+    if (slot >= 0) break;
+    if (!reductions_.empty()) {
+      poll_reductions(scatter_pending());
+    } else {
+      release_downloaded_staging(true);
+    }
     slot = pool.take_without_waiting(group);
   }
   pool.set_in_use(slot, true);
@@ -503,6 +530,9 @@ void DataParallelEngine::finish_micro_step(bool last) {
     }
   }
   reductions_.clear();
+  // Offloaded shards: the next micro-step reads the host gradients (a running sum goes back
+  // up) and the step reads them all, so their copies complete here.
+  if (offload_stream_) release_downloaded_staging(true);
   if (stage_ >= 2 || last || fast_) return;
   // Stages 0-1, exact: rank 0 keeps the running sum; every rank starts the next micro-batch
   // from zeroed gradients.

@@ -17,9 +17,10 @@
 // cast to the compute dtype plus its packed f32 norm parts, or the f32 shard where the group
 // travels in f32), rewritten from the master after each update (cast on the host: the cast is
 // element-wise, so the gathered values are those a device-side cast would give). Gradients
-// never rest on the device: each group's reduce-scatter lands in a staging slot and is copied
-// into the host optimizer's gradient as soon as it has arrived (step 1 above has nothing left
-// to copy). With offload_params (params_offloaded()) the shard itself is host memory: the host
+// never rest on the device: each group's reduce-scatter lands in a staging slot, and as soon as
+// it has arrived its copy into the host optimizer's gradient is queued on a copy stream
+// (offload_stream_) while backward goes on; each micro-step ends when those copies have
+// completed (step 1 above has nothing left to copy). With offload_params (params_offloaded()) the shard itself is host memory: the host
 // casts into it directly, and each gather uploads this rank's part into the slot
 // (gather_group_into).
 #include <algorithm>

@@ -88,6 +88,7 @@ void SimBackend::copy_from_host_kernel(const Tensor& dst, const void* src) {
 
 void SimBackend::copy_to_host_kernel(void* dst, const Tensor& src) {
   ++host_transfers_;
+  ++blocking_reads_;
   run_and_wait([dst, s = kernel_view(src)] { std::memcpy(dst, s.data, s.nbytes()); });
 }
 

@@ -50,6 +50,9 @@ class SimBackend final : public Backend {
   // Returns how many copies between host memory and the device were issued (test-only: the
   // device collectives must make none).
   size_t host_transfers_for_test() const { return host_transfers_.load(); }
+  // Returns how many of them were copies to the host on the op stream, each of which blocks
+  // the host until every op queued before it has run (test-only).
+  size_t blocking_reads_for_test() const { return blocking_reads_.load(); }
   // Returns the number of queued or running tasks (test-only, racy by nature).
   size_t pending_for_test() const { return stream_.pending(); }
 
@@ -138,6 +141,7 @@ class SimBackend final : public Backend {
 
   sim::SimArena arena_;
   std::atomic<size_t> host_transfers_{0};
+  std::atomic<size_t> blocking_reads_{0};
   KernelScratch scratch_{*this};
   // Used only by the stream's worker thread (OptimizedOps is not thread-safe).
   cpu_opt::OptimizedOps ops_{scratch_};
