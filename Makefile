@@ -36,13 +36,14 @@ test-sanitize: deps
 	@cd $(SANITIZE_DIR) && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan_mpi.supp UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit -E 'FinetuneSft(Test\.FullAndLora|\.isa_)'
 
 # Builds every libFuzzer target with clang (address + undefined sanitizers) in build-fuzz/ and
-# runs each for FUZZ_SECONDS, one after another (fuzz/run.sh; FUZZ_TARGETS picks some). Needs
-# clang and libclang-rt-dev, which are not project dependencies. `make test` replays each
+# runs each for FUZZ_SECONDS, one after another or FUZZ_PARALLEL at once (fuzz/run.sh;
+# FUZZ_TARGETS picks some). Needs clang and libclang-rt-dev, which are not project dependencies. `make test` replays each
 # target's seeds and kept crashing inputs with the normal compiler (fuzz/CMakeLists.txt).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
+FUZZ_PARALLEL ?= 1
 fuzz:
-	@bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	@FUZZ_PARALLEL=$(FUZZ_PARALLEL) bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Trains the tiny preset on the fortunes corpus (tokenizer + shards made on first use), then
 # samples from it. A second `make demo` reuses runs/demo and only generates.

@@ -3,6 +3,7 @@
 # undefined) and runs each for N seconds, one after another, on a working corpus seeded from
 # fuzz/corpus/<target>/ and fuzz/regressions/<target>/, with fuzz/<target>.dict when present.
 # Usage: fuzz/run.sh [seconds per target, default 60] [target...; default: every target]
+# FUZZ_PARALLEL=N runs N targets at once (default 1), FUZZ_JOBS the build's jobs (default 2).
 # Needs clang++ and libclang-rt-dev (Debian: apt-get install clang libclang-rt-14-dev); they
 # are not project dependencies. Per target, libFuzzer's output goes to
 # build-fuzz/logs/<target>.log and crashing inputs to build-fuzz/findings/<target>/; a crash
@@ -27,27 +28,46 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Re
   > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" --target "${targets[@]}" -j "${FUZZ_JOBS:-2}"
 
-failed=0
-for target in "${targets[@]}"; do
-  corpus="$build/corpus/$target"
-  findings="$build/findings/$target"
+# One target: its working corpus, a run of `seconds`, and a line saying how it went.
+run_target() {
+  local target="$1"
+  local corpus="$build/corpus/$target"
+  local findings="$build/findings/$target"
   mkdir -p "$corpus" "$findings" "$build/logs"
   cp -n "$root/fuzz/corpus/$target"/* "$corpus"/
   if [ -d "$root/fuzz/regressions/$target" ]; then
     find "$root/fuzz/regressions/$target" -type f ! -name '.*' -exec cp -n {} "$corpus"/ \;
   fi
-  options=(-max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048
-           -max_len="${FUZZ_MAX_LEN:-16384}" -artifact_prefix="$findings/")
+  local options=(-max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048
+                 -max_len="${FUZZ_MAX_LEN:-16384}" -artifact_prefix="$findings/")
   if [ -f "$root/fuzz/$target.dict" ]; then options+=(-dict="$root/fuzz/$target.dict"); fi
-  log="$build/logs/$target.log"
-  status=0
+  local log="$build/logs/$target.log"
+  local status=0
   "$build/fuzz/$target" "$corpus" "${options[@]}" > "$log" 2>&1 || status=$?
+  local executions
   executions="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)"
   if [ "$status" -eq 0 ]; then
     echo "$target: ${seconds}s, ${executions:-?} executions, no crash"
   else
     echo "$target: CRASH after ${executions:-?} executions (exit $status); see $log and $findings"
-    failed=1
+    return 1
   fi
+}
+
+# FUZZ_PARALLEL targets run at once (default 1: one after another).
+lanes="${FUZZ_PARALLEL:-1}"
+failed=0
+running=0
+for target in "${targets[@]}"; do
+  if [ "$running" -ge "$lanes" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  run_target "$target" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
 done
 exit "$failed"
