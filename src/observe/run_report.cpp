@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/json_util.h"
 #include "observe/metrics.h"
 #include "observe/svg_chart.h"
 
@@ -266,12 +267,16 @@ std::vector<MetricSeries> read_metric_series(const std::filesystem::path& metric
       record = nlohmann::ordered_json::parse(line);
     } catch (const nlohmann::json::parse_error& error) {
       ANVIL_FAIL("[report] {}: not valid JSON (byte {} of the line)", where, error.byte);
+    } catch (const nlohmann::json::out_of_range&) {
+      // nlohmann reports a number past a double's range (1e400) this way, not as a parse error.
+      ANVIL_FAIL("[report] {}: a number is out of range", where);
     }
     ANVIL_CHECK(record.is_object() && record.contains("type") && record["type"].is_string(),
                 "[report] {}: not a metrics record (an object with a \"type\")", where);
-    ANVIL_CHECK(record.contains("step") && record["step"].is_number_integer(),
+    ANVIL_CHECK(record.contains("step") && record["step"].is_number(),
                 "[report] {}: the record has no integer \"step\"", where);
-    const auto step = static_cast<double>(record["step"].get<int64_t>());
+    const auto step = static_cast<double>(
+        json_integer<int64_t>(record["step"], fmt::format("[report] {}: \"step\"", where)));
     for (const MetricScalar& scalar : metric_scalars(record)) {
       auto [it, fresh] = index.try_emplace(scalar.tag, all.size());
       if (fresh) all.push_back({scalar.tag, {}});

@@ -160,6 +160,12 @@ TEST_F(RunReport, BadInputNamesTheFileAndLineAndWritesNothing) {
   fails_with("[report] " + metrics + ":1: not a metrics record (an object with a \"type\")");
   write_file_atomic(run / "metrics.jsonl", "{\"type\":\"train\",\"loss\":1}\n");
   fails_with("[report] " + metrics + ":1: the record has no integer \"step\"");
+  write_file_atomic(run / "metrics.jsonl", "{\"type\":\"train\",\"step\":1,\"loss\":1e400}\n");
+  fails_with("[report] " + metrics + ":1: a number is out of range");
+  write_file_atomic(run / "metrics.jsonl", "{\"type\":\"train\",\"step\":18446744073709551615}\n");
+  fails_with("[report] " + metrics + ":1: \"step\" is out of range: 18446744073709551615");
+  write_file_atomic(run / "metrics.jsonl", "{\"type\":\"train\",\"step\":1.5}\n");
+  fails_with("[report] " + metrics + ":1: \"step\" must be an integer, got 1.5");
   write_file_atomic(run / "metrics.jsonl", "");
   fails_with("[report] " + metrics + " holds no records yet");
   fs::remove(run / "metrics.jsonl");
