@@ -501,9 +501,9 @@ class DataParallelEngine final : private GroupHooks {
   // copy to the host optimizer's gradient on the offload stream; its staging slot is freed
   // when that copy has completed (release_downloaded_staging).
   void finish_reduction(const PendingReduction& p);
-  // shards_offloaded(): frees the staging slots whose copy to the host has completed; with
-  // `wait`, first waits for every copy queued so far.
-  void release_downloaded_staging(bool wait);
+  // shards_offloaded(): frees the staging slots whose copy to the host has completed (with
+  // `wait`, first waits for every copy queued so far); returns how many it freed.
+  int release_downloaded_staging(bool wait);
   // shards_offloaded(): returns a free staging slot for group g, finishing the oldest
   // reductions and copies until one is free.
   int take_shard_staging(int group);

@@ -481,17 +481,20 @@ void DataParallelEngine::finish_reduction(const PendingReduction& p) {
   staging_downloads_[pool][static_cast<size_t>(p.staging)] = offload_stream_->record_event();
 }
 
-void DataParallelEngine::release_downloaded_staging(bool wait) {
+int DataParallelEngine::release_downloaded_staging(bool wait) {
   if (wait) offload_stream_->synchronize();
+  int released = 0;
   for (size_t pool = 0; pool < staging_downloads_.size(); ++pool) {
     std::vector<std::unique_ptr<Event>>& downloads = staging_downloads_[pool];
     for (size_t slot = 0; slot < downloads.size(); ++slot) {
       if (downloads[slot] && (wait || downloads[slot]->done())) {
         downloads[slot].reset();
         shard_staging_[pool].set_in_use(static_cast<int>(slot), false);
+        ++released;
       }
     }
   }
+  return released;
 }
 
 int DataParallelEngine::take_shard_staging(int group) {
@@ -507,7 +510,8 @@ int DataParallelEngine::take_shard_staging(int group) {
     if (!reductions_.empty()) {
       poll_reductions(scatter_pending());
     } else {
-      release_downloaded_staging(true);
+      ANVIL_CHECK(release_downloaded_staging(true) > 0,
+                  "[parallel] every gradient staging slot is in use");
     }
     slot = pool.take_without_waiting(group);
   }
