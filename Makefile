@@ -37,8 +37,9 @@ test-sanitize: deps
 
 # Builds every libFuzzer target with clang (address + undefined sanitizers) in build-fuzz/ and
 # runs each for FUZZ_SECONDS, one after another or FUZZ_PARALLEL at once (fuzz/run.sh;
-# FUZZ_TARGETS picks some). Needs clang and libclang-rt-dev, which are not project dependencies. `make test` replays each
-# target's seeds and kept crashing inputs with the normal compiler (fuzz/CMakeLists.txt).
+# FUZZ_TARGETS picks some). Needs clang and libclang-rt-dev, which are not project
+# dependencies. `make test` replays each target's seeds and kept crashing inputs with the
+# normal compiler (fuzz/CMakeLists.txt).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
 FUZZ_PARALLEL ?= 1

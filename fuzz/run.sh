@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang in their own build folder (sanitizers: address,
-# undefined) and runs each for N seconds, one after another, on a working corpus seeded from
-# fuzz/corpus/<target>/ and fuzz/regressions/<target>/, with fuzz/<target>.dict when present.
+# undefined) and runs each for N seconds (FUZZ_PARALLEL at a time), on a working corpus seeded
+# from fuzz/corpus/<target>/ and fuzz/regressions/<target>/, with fuzz/<target>.dict when
+# present.
 # Usage: fuzz/run.sh [seconds per target, default 60] [target...; default: every target]
 # FUZZ_PARALLEL=N runs N targets at once (default 1), FUZZ_JOBS the build's jobs (default 2).
 # Needs clang++ and libclang-rt-dev (Debian: apt-get install clang libclang-rt-14-dev); they
@@ -58,16 +59,14 @@ run_target() {
 lanes="${FUZZ_PARALLEL:-1}"
 failed=0
 running=0
+wait_for_one() {
+  wait -n || failed=1
+  running=$((running - 1))
+}
 for target in "${targets[@]}"; do
-  if [ "$running" -ge "$lanes" ]; then
-    wait -n || failed=1
-    running=$((running - 1))
-  fi
+  if [ "$running" -ge "$lanes" ]; then wait_for_one; fi
   run_target "$target" &
   running=$((running + 1))
 done
-while [ "$running" -gt 0 ]; do
-  wait -n || failed=1
-  running=$((running - 1))
-done
+while [ "$running" -gt 0 ]; do wait_for_one; done
 exit "$failed"
