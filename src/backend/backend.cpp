@@ -1,8 +1,10 @@
 // The public ops of Backend: each checks its arguments once, for every backend, and then calls
 // the backend's kernel. The messages are the interface's ("[rmsnorm] weight has shape (5),
 // expected (8)"), so a bad call fails alike on the CPU, the simulator and an accelerator, and
-// a port writes kernels only. Checks here read shapes, dtypes and devices, never tensor data:
-// data lives on the device, so checks of ids and targets stay in the kernels.
+// a port writes kernels only. Checks here read shapes, dtypes and devices; they read tensor
+// data (ids, targets) only where the host can: on a host backend. A device backend's caller
+// checks its ids and targets on the host before uploading them (op_rules.h), so no op blocks
+// the host to validate. Device backends count the host's blocking waits (host_waits()).
 #include "backend/backend.h"
 
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backend/op_rules.h"
 #include "backend/worker_stream.h"
 #include "core/error.h"
 
@@ -140,6 +143,18 @@ void check_attention(const OpChecks& c, const Tensor& q, const Tensor& k, const 
               op, B, needed, dtype_name(doc.dtype), doc.shape.str());
 }
 
+// The checks rmsnorm_forward and add_rmsnorm_forward share (x is the normalised input).
+void check_rmsnorm_forward(const OpChecks& c, const Tensor& x, const Tensor& weight,
+                           const Tensor& out, const Tensor& rstd) {
+  c.tensor(x, "x", c.activations());
+  c.rank(x, "x", 2);
+  const int64_t N = x.shape[0], C = x.shape[1];
+  c.tensor(weight, "weight", c.activations(), Shape{C});
+  c.tensor(out, "out", c.activations(), Shape{N, C});
+  c.tensor(rstd, "rstd", {DType::f32}, Shape{N});
+  ANVIL_CHECK(C > 0, "[{}] rows must not be empty", c.op());
+}
+
 // The checks of cross_entropy and cross_entropy_shard_backward's logits, targets and mask;
 // returns N.
 int64_t check_logits(const OpChecks& c, const Tensor& logits, const Tensor& targets,
@@ -161,7 +176,9 @@ void Backend::copy_from_host(const Tensor& dst, const void* src) {
 
 void Backend::copy_to_host(void* dst, const Tensor& src) {
   OpChecks(*this, "copy_to_host").placed(src, "src");
-  if (src.nbytes() > 0) copy_to_host_kernel(dst, src);
+  if (src.nbytes() == 0) return;
+  if (!device().is_cpu()) count_host_wait(static_cast<int64_t>(src.nbytes()));
+  copy_to_host_kernel(dst, src);
 }
 
 std::unique_ptr<Event> Backend::record_event() {
@@ -230,6 +247,7 @@ void Backend::embedding_forward(const Tensor& ids, const Tensor& table, const Te
   const OpChecks c(*this, "embedding");
   check_ids_and_table(c, ids, table, "table", c.activations());
   c.tensor(out, "out", c.activations(), Shape{ids.shape[0], table.shape[1]});
+  if (device().is_cpu()) check_token_ids("embedding", ids.i32(), ids.numel(), table.shape[0]);
   embedding_forward_kernel(ids, table, out);
 }
 
@@ -237,6 +255,7 @@ void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Te
   const OpChecks c(*this, "embedding_backward");
   check_ids_and_table(c, ids, dtable, "dtable", {DType::f32});
   c.tensor(dout, "dout", c.activations(), Shape{ids.shape[0], dtable.shape[1]});
+  if (device().is_cpu()) check_token_ids("embedding", ids.i32(), ids.numel(), dtable.shape[0]);
   embedding_backward_kernel(ids, dout, dtable);
 }
 
@@ -246,6 +265,7 @@ void Backend::embedding_shard_forward(const Tensor& ids, const Tensor& table, co
   check_ids_and_table(c, ids, table, "table", c.activations());
   c.tensor(out, "out", c.activations(), Shape{ids.shape[0], table.shape[1]});
   c.begin(begin);
+  if (device().is_cpu()) check_token_ids_not_negative(c.op(), ids.i32(), ids.numel());
   embedding_shard_forward_kernel(ids, table, out, begin);
 }
 
@@ -255,24 +275,30 @@ void Backend::embedding_shard_backward(const Tensor& ids, const Tensor& dout,
   check_ids_and_table(c, ids, dtable, "dtable", {DType::f32});
   c.tensor(dout, "dout", c.activations(), Shape{ids.shape[0], dtable.shape[1]});
   c.begin(begin);
+  if (device().is_cpu()) check_token_ids_not_negative(c.op(), ids.i32(), ids.numel());
   embedding_shard_backward_kernel(ids, dout, dtable, begin);
 }
 
 void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                               const Tensor& rstd, float eps) {
-  const OpChecks c(*this, "rmsnorm");
-  c.tensor(x, "x", c.activations());
-  c.rank(x, "x", 2);
-  const int64_t N = x.shape[0], C = x.shape[1];
-  c.tensor(weight, "weight", c.activations(), Shape{C});
-  c.tensor(out, "out", c.activations(), Shape{N, C});
-  c.tensor(rstd, "rstd", {DType::f32}, Shape{N});
-  ANVIL_CHECK(C > 0, "[rmsnorm] rows must not be empty");
+  check_rmsnorm_forward(OpChecks(*this, "rmsnorm"), x, weight, out, rstd);
   rmsnorm_forward_kernel(x, weight, out, rstd, eps);
 }
 
+void Backend::add_rmsnorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                  const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                                  float eps) {
+  const OpChecks c(*this, "add_rmsnorm");
+  c.tensor(a, "a", kFloatDtypes);
+  c.tensor(b, "b", kFloatDtypes, a.shape);
+  check_rmsnorm_forward(c, sum, weight, out, rstd);
+  c.tensor(sum, "sum", kFloatDtypes, a.shape);
+  add_rmsnorm_forward_kernel(a, b, sum, weight, out, rstd, eps);
+}
+
 void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                               const Tensor* dx_copy) {
   const OpChecks c(*this, "rmsnorm_backward");
   c.tensor(x, "x", c.activations());
   c.rank(x, "x", 2);
@@ -282,7 +308,8 @@ void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor
   c.tensor(rstd, "rstd", {DType::f32}, Shape{N});
   c.tensor(dx, "dx", c.activations(), Shape{N, C});
   c.tensor(dweight, "dweight", {DType::f32}, Shape{C});
-  rmsnorm_backward_kernel(dout, x, weight, rstd, dx, dweight);
+  if (dx_copy) c.tensor(*dx_copy, "dx_copy", c.activations(), Shape{N, C});
+  rmsnorm_backward_kernel(dout, x, weight, rstd, dx, dweight, dx_copy);
 }
 
 void Backend::rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
@@ -384,6 +411,8 @@ void Backend::cross_entropy(const Tensor& logits, const Tensor& targets, const T
   const int64_t N = check_logits(c, logits, targets, loss_mask);
   c.tensor(losses, "losses", {DType::f32}, Shape{N});
   if (dlogits) c.tensor(*dlogits, "dlogits", c.activations(), logits.shape);
+  if (device().is_cpu())
+    check_targets(c.op(), targets.i32(), N, logits.shape[1], ignore_index);
   cross_entropy_kernel(logits, targets, loss_mask, ignore_index, losses, dlogits, grad_scale);
 }
 
@@ -393,6 +422,7 @@ void Backend::cross_entropy_shard_stats(const Tensor& logits, const Tensor& targ
   const int64_t N = check_logits(c, logits, targets, nullptr);
   c.tensor(stats, "stats", {DType::f32}, Shape{N, 3});
   c.begin(begin);
+  if (device().is_cpu()) check_targets_not_negative(c.op(), targets.i32(), N, ignore_index);
   cross_entropy_shard_stats_kernel(logits, targets, ignore_index, begin, stats);
 }
 
@@ -405,28 +435,37 @@ void Backend::cross_entropy_shard_backward(const Tensor& logits, const Tensor& t
   c.tensor(lse, "lse", {DType::f32}, Shape{N});
   c.tensor(dlogits, "dlogits", c.activations(), logits.shape);
   c.begin(begin);
+  if (device().is_cpu()) check_targets_not_negative(c.op(), targets.i32(), N, ignore_index);
   cross_entropy_shard_backward_kernel(logits, targets, loss_mask, ignore_index, begin, lse,
                                       dlogits, grad_scale);
 }
 
 void Backend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
                          const Tensor& v, const AdamWParams& params, const Tensor* param_copy) {
+  AdamWTensors set{param, grad, m, v, param_copy ? *param_copy : Tensor(), params.weight_decay};
+  adamw_step_many({&set, 1}, params);
+}
+
+void Backend::adamw_step_many(std::span<const AdamWTensors> sets, const AdamWParams& params) {
   const OpChecks c(*this, "adamw");
-  c.tensor(param, "param", {DType::f32});
-  c.tensor(grad, "grad", {DType::f32});
-  c.tensor(m, "m", {DType::f32});
-  c.tensor(v, "v", {DType::f32});
-  for (const Tensor* t : {&grad, &m, &v})
-    ANVIL_CHECK(t->numel() == param.numel(), "[adamw] param has {} elements but a state tensor "
-                "has {}", param.numel(), t->numel());
-  if (param_copy) {
-    c.tensor(*param_copy, "param_copy", kFloatDtypes);
-    ANVIL_CHECK(param_copy->numel() == param.numel(),
-                "[adamw] param has {} elements but param_copy has {}", param.numel(),
-                param_copy->numel());
+  for (const AdamWTensors& set : sets) {
+    c.tensor(set.param, "param", {DType::f32});
+    c.tensor(set.grad, "grad", {DType::f32});
+    c.tensor(set.m, "m", {DType::f32});
+    c.tensor(set.v, "v", {DType::f32});
+    for (const Tensor* t : {&set.grad, &set.m, &set.v})
+      ANVIL_CHECK(t->numel() == set.param.numel(),
+                  "[adamw] param has {} elements but a state tensor has {}", set.param.numel(),
+                  t->numel());
+    if (set.param_copy.defined()) {
+      c.tensor(set.param_copy, "param_copy", kFloatDtypes);
+      ANVIL_CHECK(set.param_copy.numel() == set.param.numel(),
+                  "[adamw] param has {} elements but param_copy has {}", set.param.numel(),
+                  set.param_copy.numel());
+    }
   }
   ANVIL_CHECK(params.step >= 1, "[adamw] step is 1-based, got {}", params.step);
-  adamw_step_kernel(param, grad, m, v, params, param_copy);
+  if (!sets.empty()) adamw_step_kernel(sets, params);
 }
 
 void Backend::dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed) {
@@ -437,13 +476,24 @@ void Backend::dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed
   dropout_kernel(x, out, p, seed);
 }
 
+void Backend::sum_to_double(const Tensor& x, const Tensor& result) {
+  const OpChecks c(*this, "sum_to_double");
+  c.tensor(x, "x", {DType::f32});
+  c.tensor(result, "result", {DType::u32}, Shape{2});
+  ANVIL_CHECK(reinterpret_cast<uintptr_t>(result.data) % alignof(double) == 0,
+              "[sum_to_double] result must be 8-byte aligned (it holds a double)");
+  sum_to_double_kernel(x, result);
+}
+
 double Backend::sum_squares(const Tensor& x) {
   OpChecks(*this, "sum_squares").tensor(x, "x", kFloatDtypes);
+  if (!device().is_cpu()) count_host_wait(sizeof(double));
   return sum_squares_kernel(x);
 }
 
 bool Backend::all_finite(const Tensor& x) {
   OpChecks(*this, "all_finite").tensor(x, "x", kFloatDtypes);
+  if (!device().is_cpu()) count_host_wait(sizeof(bool));
   return all_finite_kernel(x);
 }
 

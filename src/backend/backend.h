@@ -12,9 +12,11 @@
 // A backend that lacks an op throws "[<name>] op <op> is not implemented"; nothing falls back.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,28 @@ struct AdamWParams {
   float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping, unscaling)
 };
 
+// One tensor set of a multi-tensor AdamW step (Backend::adamw_step_many): a flat f32
+// parameter with its f32 gradient and moments, all (n), the weight decay that applies to it,
+// and optionally a copy (bf16, f16 or f32, (n)) that receives the updated parameter.
+struct AdamWTensors {
+  Tensor param;
+  Tensor grad;
+  Tensor m;
+  Tensor v;
+  Tensor param_copy;  // undefined: none
+  float weight_decay = 0.0f;
+};
+
+// How often the host blocked on a device backend and how many bytes it read back
+// (Backend::host_waits). A host backend never waits: its ops finish before they return.
+struct HostWaits {
+  int64_t waits = 0;
+  int64_t readback_bytes = 0;
+  HostWaits operator-(const HostWaits& earlier) const {
+    return {waits - earlier.waits, readback_bytes - earlier.readback_bytes};
+  }
+};
+
 // Streams and events (DESIGN.md section 12): Backend objects, so engine and communicator code
 // orders device work without raw stream pointers. An Event marks a point in one stream's work.
 class Event {
@@ -128,6 +152,17 @@ class Backend : public Allocator {
   void fill_zero(const Tensor& t);
   // Waits until every op issued so far has finished (and rethrows a failure of one).
   virtual void synchronize() = 0;
+  // Returns how many allocations have reached the device memory's source so far: cudaMalloc
+  // calls on cuda, whose caching allocator serves the rest; every allocation on a backend
+  // without a cache. After a training step's warm-up this stops growing.
+  virtual int64_t source_allocations() const { return allocation_count(); }
+  // Returns the host's blocking waits on this device so far (copy_to_host, synchronize, the
+  // ops that return a host value, waits on the device's events) and the bytes they read back.
+  // A training step shows its own by difference; metrics.jsonl carries them per step.
+  HostWaits host_waits() const {
+    return {waits_.load(std::memory_order_relaxed),
+            readback_bytes_.load(std::memory_order_relaxed)};
+  }
 
   // ---- streams and events ---------------------------------------------------------------
   // Returns an event marking every op issued so far on the compute stream. The default
@@ -159,7 +194,13 @@ class Backend : public Allocator {
   void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,
               bool transpose_b, float alpha = 1.0f, float beta = 0.0f);
 
-  // out (N, C) = table (V, C)[ids (N) i32]. Throws for an id outside [0, V).
+  // Ids and targets are checked where the host can read them: on a host backend (device
+  // cpu) these ops throw for an id or target out of range before writing anything. A device
+  // backend never reads them back to check (that would block the host on every call): its
+  // caller checks them on the host before they are uploaded (LlamaModel does), and a kernel
+  // given a bad one anyway writes a zero row or zero loss and adds nothing, never touching
+  // memory outside its tensors.
+  // out (N, C) = table (V, C)[ids (N) i32]. Throws for an id outside [0, V) (see above).
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
   // dtable (V, C) f32 += scatter of dout (N, C) by ids.
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
@@ -175,9 +216,18 @@ class Backend : public Allocator {
   // out (N, C) = x / rms(x) * weight (C); rstd (N) f32 = 1/sqrt(mean(x^2) + eps).
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                        const Tensor& rstd, float eps);
-  // dx (N, C) +=; dweight (C) f32 +=.
+  // sum (N, C) = a + b (as add computes it; sum may alias a or b), then out and rstd as
+  // rmsnorm_forward computes them from sum: the residual add fused into the norm that reads
+  // it, one pass over the rows instead of two.
+  void add_rmsnorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum,
+                           const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                           float eps);
+  // dx (N, C) +=; dweight (C) f32 +=. When dx_copy is given (N, C), it receives the updated
+  // dx in its own dtype: the residual gradient cast to the compute dtype for the next GEMM,
+  // fused into the same pass.
   void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight);
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                        const Tensor* dx_copy = nullptr);
 
   // out (B, T, H, D) = rope(x) with positions (B, T) i32; out may alias x.
   void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
@@ -252,6 +302,10 @@ class Backend : public Allocator {
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
                   const Tensor& v, const AdamWParams& params,
                   const Tensor* param_copy);
+  // The same step on every set of `sets` at once (one launch on a device: the optimizer's
+  // whole step), each set with its own weight decay (params.weight_decay is not used). Equal,
+  // bit for bit, to one adamw_step per set.
+  void adamw_step_many(std::span<const AdamWTensors> sets, const AdamWParams& params);
 
   // out = x * keep(i) / (1 - p) with keep(i) = (dropout_hash(seed, i) >> 40) >= p * 2^24, i the
   // flat element index; out may alias x. The mask depends only on (seed, i), so the backward
@@ -259,6 +313,10 @@ class Backend : public Allocator {
   // x and out are f32, bf16 or f16 (core/counter_hash.h has the formula).
   void dropout(const Tensor& x, const Tensor& out, float p, uint64_t seed);
 
+  // Writes the sum of x (n) f32, added in index order in double precision, into result: a
+  // u32 (2) tensor holding the double's 8 bytes in the device's (little-endian) byte order,
+  // 8-byte aligned. The value stays on the device (a step reads its losses back once).
+  void sum_to_double(const Tensor& x, const Tensor& result);
   // Returns sum(x^2) accumulated in double precision (any float dtype).
   double sum_squares(const Tensor& x);
   // Returns false when any element is NaN or infinite.
@@ -298,9 +356,12 @@ class Backend : public Allocator {
                                                const Tensor& dtable, int64_t begin) = 0;
   virtual void rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& out,
                                       const Tensor& rstd, float eps) = 0;
+  virtual void add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                          const Tensor& weight, const Tensor& out,
+                                          const Tensor& rstd, float eps) = 0;
   virtual void rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                        const Tensor& rstd, const Tensor& dx,
-                                       const Tensor& dweight) = 0;
+                                       const Tensor& dweight, const Tensor* dx_copy) = 0;
   virtual void rope_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& positions,
                                    const RopeParams& params) = 0;
   virtual void rope_backward_kernel(const Tensor& dout, const Tensor& dx, const Tensor& positions,
@@ -331,13 +392,21 @@ class Backend : public Allocator {
                                                    const Tensor* loss_mask, int ignore_index,
                                                    int64_t begin, const Tensor& lse,
                                                    const Tensor& dlogits, float grad_scale) = 0;
-  virtual void adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m,
-                                 const Tensor& v, const AdamWParams& params,
-                                 const Tensor* param_copy) = 0;
+  // adamw_step is adamw_step_many over one set.
+  virtual void adamw_step_kernel(std::span<const AdamWTensors> sets,
+                                 const AdamWParams& params) = 0;
   virtual void dropout_kernel(const Tensor& x, const Tensor& out, float p, uint64_t seed) = 0;
+  virtual void sum_to_double_kernel(const Tensor& x, const Tensor& result) = 0;
   virtual double sum_squares_kernel(const Tensor& x) = 0;
   virtual bool all_finite_kernel(const Tensor& x) = 0;
   virtual void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) = 0;
+
+  // Counts one blocking wait of the host on the device that read back `readback_bytes`
+  // (device backends call it wherever they block; thread-safe).
+  void count_host_wait(int64_t readback_bytes = 0) {
+    waits_.fetch_add(1, std::memory_order_relaxed);
+    readback_bytes_.fetch_add(readback_bytes, std::memory_order_relaxed);
+  }
 
   // Returns accumulate_exact_squares' counters as the 64-bit integers they hold, for a kernel
   // that reaches them at a host address (`counters` is a host view of them).
@@ -345,6 +414,10 @@ class Backend : public Allocator {
     return std::span<uint64_t, kExactCounterCount>(static_cast<uint64_t*>(counters.data),
                                                    kExactCounterCount);
   }
+
+ private:
+  std::atomic<int64_t> waits_{0};
+  std::atomic<int64_t> readback_bytes_{0};
 };
 
 // Creates a backend by name from the registry (backend/registry.h). Throws naming the valid

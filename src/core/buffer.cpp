@@ -9,6 +9,7 @@ namespace anvil {
 void* Allocator::allocate(size_t bytes, MemoryCategory category) {
   void* ptr = do_allocate(bytes);
   counters_.add(category, static_cast<int64_t>(bytes));
+  allocations_.fetch_add(1, std::memory_order_relaxed);
   return ptr;
 }
 

@@ -8,7 +8,9 @@
 // leave an allocation out of its memory_snapshot().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "core/memory_category.h"
@@ -30,6 +32,8 @@ class Allocator {
   MemorySnapshot memory_snapshot() const { return counters_.snapshot(); }
   // Restarts the peaks of memory_snapshot() from the bytes held now.
   void reset_memory_peaks() { counters_.reset_peaks(); }
+  // Returns how many allocations this allocator has made (a steady training step makes none).
+  int64_t allocation_count() const { return allocations_.load(std::memory_order_relaxed); }
 
  protected:
   // The backend's own allocation and release, called only by allocate() and deallocate().
@@ -38,6 +42,7 @@ class Allocator {
 
  private:
   MemoryCounters counters_;
+  std::atomic<int64_t> allocations_{0};
 };
 
 class Buffer {

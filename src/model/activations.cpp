@@ -106,9 +106,9 @@ void ModelActivations::carve(Arena& arena, const LlamaConfig& config, int max_ba
   scratch.d_up = act(n * f);
   final_norm_out = act(nl * c);
   final_rstd = f32(nl);
-  logits = f32(logits_chunk_rows * config.vocab_size);
-  dlogits = f32_model ? logits : act(logits_chunk_rows * config.vocab_size);
+  logits = act(logits_chunk_rows * config.vocab_size);
   losses = f32(n);
+  loss_sum = arena.take(DType::u32, Shape{2});
   tokens = i32(n);
   targets = i32(n);
   loss_mask = f32(n);

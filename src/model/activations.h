@@ -4,8 +4,10 @@
 // dimension shrinks. Saved activations are per layer, or one shared set when activation
 // checkpointing (or inference) recomputes them; the backward scratch is shared by all layers.
 // Dtypes: tensors marked "compute" below (GEMM inputs and outputs that feed GEMMs) have the
-// model's compute dtype (f32 or bf16); the residual stream, norm statistics, lse, logits,
-// losses and the gradients flowing down the residual stream are always f32.
+// model's compute dtype (f32 or bf16); the residual stream, norm statistics, lse, losses and
+// the gradients flowing down the residual stream are always f32. The head's logits chunk is in
+// the compute dtype: the lm-head GEMM writes it (f32 accumulation) and the fused classifier
+// turns it into dlogits in place, so no f32 copy of bf16 logits exists.
 #pragma once
 
 #include <cstdint>
@@ -72,11 +74,9 @@ struct ModelActivations {
   BackwardScratch scratch;
   Tensor final_norm_out;  // (N, C) compute
   Tensor final_rstd;      // (N) f32
-  Tensor logits;          // (logits_chunk_rows, V) f32
-  // (logits_chunk_rows, V) compute: the chunk's dlogits; the same view as logits (written in
-  // place) for an f32 model.
-  Tensor dlogits;
+  Tensor logits;          // (logits_chunk_rows, V) compute: a chunk's logits, then its dlogits
   Tensor losses;          // (N) f32
+  Tensor loss_sum;        // (2) u32: a pass's loss sum (a double) on the device
   Tensor tokens;          // (N) i32 device copy of the input ids
   Tensor targets;         // (N) i32
   Tensor loss_mask;       // (N) f32

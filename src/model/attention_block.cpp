@@ -1,8 +1,10 @@
 // Attention half of a Llama layer: rmsnorm, q/k/v projections (+ Qwen2 bias, + LoRA),
 // rotate-half RoPE, GQA causal attention (the layer's window/sparse mask, optional document
 // mask; a ring over the cp ranks under context parallelism), o projection and the residual
-// add. Adapters add to a projection's output before rope and the residual add, as
-// PEFT's lora.Linear wraps the whole base projection.
+// add, fused with the MLP half's rmsnorm that reads its result (one pass over the rows).
+// Adapters add to a projection's output before rope and the residual add, as PEFT's
+// lora.Linear wraps the whole base projection. In backward the input norm also writes the
+// residual gradient's compute-dtype copy for the layer below (block_context.h).
 #include "model/attention_block.h"
 
 #include "model/context_parallel.h"
@@ -51,7 +53,9 @@ void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, co
   linear_forward(backend, a.attn_out, w.wo, out);
   ctx.reduce_rows(out, a.resid_mid);
   if (lora) lora_forward(*lora, LoraTarget::o_proj, a.attn_out, a.resid_mid);
-  backend.add(a.resid_mid, x, a.resid_mid);
+  // resid_mid = x + o_proj(...), and the MLP's input norm of it in the same pass.
+  backend.add_rmsnorm_forward(a.resid_mid, x, a.resid_mid, w.mlp_norm, a.mlp_norm_out,
+                              a.mlp_rstd, ctx.config->norm_eps);
 }
 
 void attention_block_forward(const BlockContext& ctx, int layer, const LayerWeights& w,
@@ -71,8 +75,7 @@ void attention_block_backward(const BlockContext& ctx, int layer, const LayerWei
                               const BackwardScratch& s, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   // o_proj: d_attn_out (B,T,Hq,D) =, dWo +=; the adapter adds its path to d_attn_out.
-  const Tensor d_resid_mid = as_compute_operand(
-      backend, ctx.gather_rows(s.d_residual, ctx.sp_full), s.d_residual_compute);
+  const Tensor d_resid_mid = residual_gradient_operand(ctx, s);
   linear_backward_input(backend, d_resid_mid, w.wo, s.d_attn_out, false);
   weight_grad(backend, d_resid_mid, a.attn_out, g.wo);
   if (lora) lora_backward(*lora, LoraTarget::o_proj, a.attn_out, d_resid_mid, s.d_attn_out);
@@ -107,7 +110,8 @@ void attention_block_backward(const BlockContext& ctx, int layer, const LayerWei
   // Column-parallel q/k/v: each tp rank's heads give a partial input gradient.
   const Tensor d_normed = ctx.reduce_rows(s.d_norm_out, ctx.sp_d_norm);
   // rmsnorm: d_residual += dL/dx through the norm (it already holds the residual path).
-  rmsnorm_backward_rows(ctx, d_normed, x, w.attn_norm, a.attn_rstd, s.d_residual, g.attn_norm);
+  rmsnorm_backward_rows(ctx, d_normed, x, w.attn_norm, a.attn_rstd, s.d_residual, g.attn_norm,
+                        residual_copy_target(ctx, s.d_residual, s.d_residual_compute));
 }
 
 }  // namespace anvil

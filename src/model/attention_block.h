@@ -20,7 +20,8 @@ namespace anvil {
 // x (N, C). Shared by training and by KV-cache decoding.
 void attention_qkv_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
                            LayerActivations& a, const LoraLayerStep* lora = nullptr);
-// Computes a.resid_mid (N, C) = x + a.attn_out @ Wo^T.
+// Computes a.resid_mid (N, C) = x + a.attn_out @ Wo^T and, fused into the same pass, the MLP
+// half's input norm of it: a.mlp_norm_out and a.mlp_rstd (w.mlp_norm is this layer's).
 void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, const Tensor& x,
                               LayerActivations& a, const LoraLayerStep* lora = nullptr);
 // Runs the whole attention half of layer `layer`: qkv, attention with the layer's mask
@@ -28,8 +29,9 @@ void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, co
 void attention_block_forward(const BlockContext& ctx, int layer, const LayerWeights& w,
                              const Tensor& x, LayerActivations& a,
                              const LoraLayerStep* lora = nullptr);
-// Backward of attention_block_forward. On entry s.d_residual (N, C) holds dL/d resid_mid; on
-// exit it holds dL/dx (the residual path plus the norm path, +=). Parameter grads g +=.
+// Backward of attention_block_forward. On entry s.d_residual (N, C) holds dL/d resid_mid (and
+// s.d_residual_compute its compute-dtype copy); on exit both hold dL/dx (the residual path
+// plus the norm path, +=). Parameter grads g +=.
 // Uses s.d_attn_out, s.dq, s.dk, s.dv and s.d_norm_out as scratch (=).
 void attention_block_backward(const BlockContext& ctx, int layer, const LayerWeights& w,
                               const LayerWeights& g, const Tensor& x, const LayerActivations& a,

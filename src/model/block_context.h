@@ -98,21 +98,46 @@ struct BlockContext {
   }
 };
 
-// rmsnorm backward on this rank's rows: dx +=, dweight += (the sink for a frozen norm). Under
+// rmsnorm backward on this rank's rows: dx +=, dweight += (the sink for a frozen norm); when
+// `dx_copy` is defined it receives the updated dx in its dtype in the same pass. Under
 // sequence parallelism a rank's rows give only part of a norm weight's gradient; the parts
 // are summed over tp (so the replicated weight stays identical on every tp rank).
 inline void rmsnorm_backward_rows(const BlockContext& ctx, const Tensor& dout, const Tensor& x,
                                   const Tensor& weight, const Tensor& rstd, const Tensor& dx,
-                                  const Tensor& dweight) {
+                                  const Tensor& dweight, const Tensor& dx_copy = Tensor()) {
   Backend& backend = *ctx.backend;
+  const Tensor* copy = dx_copy.defined() ? &dx_copy : nullptr;
   if (!ctx.tp.splits_sequence() || !dweight.defined()) {
-    backend.rmsnorm_backward(dout, x, weight, rstd, dx, ctx.norm_grad(dweight));
+    backend.rmsnorm_backward(dout, x, weight, rstd, dx, ctx.norm_grad(dweight), copy);
     return;
   }
   backend.fill_zero(ctx.sp_norm_grad);
-  backend.rmsnorm_backward(dout, x, weight, rstd, dx, ctx.sp_norm_grad);
+  backend.rmsnorm_backward(dout, x, weight, rstd, dx, ctx.sp_norm_grad, copy);
   ctx.tp.ops->all_reduce(ctx.sp_norm_grad);
   backend.add(dweight, ctx.sp_norm_grad, dweight);
+}
+
+// The residual gradient d_residual flows down the layers in f32; the projections that wrote
+// the residual stream take it as a GEMM operand in the compute dtype. Every norm backward
+// that updates d_residual writes that operand in the same pass (the residual backward's cast
+// fused into the norm), so the next block reads it as it is.
+// Returns where a norm backward writing `d_residual` (rows, C) also writes the operand:
+// `d_residual_compute`'s leading rows, or undefined when the operand is d_residual itself
+// (an f32 model) or is gathered from every tp rank first (sequence parallelism).
+inline Tensor residual_copy_target(const BlockContext& ctx, const Tensor& d_residual,
+                                   const Tensor& d_residual_compute) {
+  if (ctx.tp.splits_sequence() || d_residual_compute.data == d_residual.data) return Tensor();
+  return d_residual_compute.flat(0, d_residual.numel()).view(d_residual.shape);
+}
+// Returns the residual gradient of all N rows as that GEMM operand: under sequence
+// parallelism gathered from every tp rank and cast to the compute dtype; otherwise the copy
+// the last norm backward wrote (d_residual itself for an f32 model).
+inline Tensor residual_gradient_operand(const BlockContext& ctx, const BackwardScratch& s) {
+  if (!ctx.tp.splits_sequence()) return s.d_residual_compute;
+  const Tensor all = ctx.gather_rows(s.d_residual, ctx.sp_full);
+  if (s.d_residual_compute.data == all.data) return all;
+  ctx.backend->cast(all, s.d_residual_compute);
+  return s.d_residual_compute;
 }
 
 }  // namespace anvil

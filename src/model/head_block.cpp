@@ -77,13 +77,13 @@ void head_block_forward_backward(const BlockContext& ctx, const LlamaWeights& w,
   for (int64_t begin = 0; begin < n; begin += step) {
     const int64_t end = std::min(n, begin + step);
     const Tensor logits = leading_rows(acts.logits, end - begin, v);
-    const Tensor dlogits = leading_rows(acts.dlogits, end - begin, v);
     const Tensor rows = normed.slice(begin, end);
     linear_forward(backend, rows, w.lm_head, logits);
-    chunk_loss(ctx, logits, loss, acts, begin, end, &dlogits, grad_scale);
-    // d_normed rows =, dW_head +=.
-    linear_backward_input(backend, dlogits, w.lm_head, d_normed.slice(begin, end), false);
-    if (g.lm_head.defined()) linear_backward_weight(backend, dlogits, rows, g.lm_head);
+    // The fused classifier: loss and dlogits in one pass, dlogits over the logits in place.
+    chunk_loss(ctx, logits, loss, acts, begin, end, &logits, grad_scale);
+    // d_normed rows =, dW_head += (one GEMM per chunk).
+    linear_backward_input(backend, logits, w.lm_head, d_normed.slice(begin, end), false);
+    if (g.lm_head.defined()) linear_backward_weight(backend, logits, rows, g.lm_head);
   }
   // Each tp rank's head columns give a partial input gradient (column-parallel head).
   const Tensor d_mine = ctx.reduce_rows(d_normed, ctx.sp_d_norm);
@@ -91,7 +91,8 @@ void head_block_forward_backward(const BlockContext& ctx, const LlamaWeights& w,
   const Tensor d_residual = leading_rows(acts.scratch.d_residual, rows, c);
   backend.fill_zero(d_residual);
   rmsnorm_backward_rows(ctx, d_mine, x, w.final_norm, acts.final_rstd.flat(0, rows), d_residual,
-                        g.final_norm);
+                        g.final_norm,
+                        residual_copy_target(ctx, d_residual, acts.scratch.d_residual_compute));
 }
 
 void head_block_forward_loss(const BlockContext& ctx, const LlamaWeights& w, const Tensor& x,

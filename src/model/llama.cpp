@@ -14,10 +14,13 @@ namespace anvil {
 
 namespace {
 
-// 2^23 floats (32 MiB of f32 logits): 1024 rows of an 8k vocabulary, 64 of a 128k one. The
-// lm-head GEMMs stay at full speed with that many rows, and the (N, V) logits of long batches
-// never dominate peak memory.
+// The head's logits chunk by default: at least kMinLogitsChunkRows rows, so the lm-head GEMMs
+// run full tiles and the f32 head gradient is read and written once per 1024 rows (not once
+// per 65 at a 128k vocabulary), and more rows while the chunk stays within 2^23 elements
+// (4096 rows of a 2k vocabulary). At a 128k vocabulary in bf16 that is 256 MiB, which `anvil
+// plan` counts as activations; the (N, V) logits of a long batch never exist at once.
 constexpr int64_t kLogitsChunkElements = int64_t{1} << 23;
+constexpr int64_t kMinLogitsChunkRows = 1024;
 
 // Returns t on the backend's device as a flat (N) tensor: t itself when it already lives
 // there, otherwise `staging` after a host-to-device copy.
@@ -30,8 +33,9 @@ Tensor on_device(Backend& backend, const Tensor& t, const Tensor& staging) {
   return dst;
 }
 
-// Under tensor parallelism no single rank sees the whole vocabulary, so ids are checked here
-// (host tensors; a device tensor is checked by the shard ops for negative ids only).
+// Ids and targets are checked here, on the host, before they are uploaded: a device kernel
+// never reads them back to check (backend.h), and under tensor parallelism no rank sees the
+// whole vocabulary. Inputs already on the device are the caller's to check.
 void check_vocabulary_range(const Tensor& ids, const char* what, int64_t vocab,
                             bool allow_ignore) {
   if (!ids.device.is_cpu()) return;
@@ -108,7 +112,8 @@ void LlamaModel::carve_arena(Arena& arena, const LlamaConfig& shard_config,
                              VocabParallelScratch& vocab_parallel) {
   const int64_t max_rows = int64_t{options.max_batch} * options.max_seq;
   int64_t chunk = options.logits_chunk_rows;
-  if (chunk == 0) chunk = std::max<int64_t>(1, kLogitsChunkElements / shard_config.vocab_size);
+  if (chunk == 0)
+    chunk = std::max(kMinLogitsChunkRows, kLogitsChunkElements / shard_config.vocab_size);
   chunk = std::min(chunk, max_rows);
   const int layer_sets = options.activation_checkpointing ? 1 : shard_config.n_layers;
   const TensorParallel& tp = options.tp;
@@ -182,7 +187,6 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Backend& backend, const ModelO
     }
   }
   host_positions_.resize(static_cast<size_t>(max_rows));
-  host_losses_.resize(static_cast<size_t>(max_rows));
   host_targets_.resize(static_cast<size_t>(max_rows));
   host_mask_.resize(static_cast<size_t>(max_rows));
 }
@@ -244,8 +248,7 @@ StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
   ANVIL_CHECK(dims.seq >= 1 && dims.seq <= options_.max_seq,
               "[model] sequence length {} outside 1..max_seq ({})", dims.seq, options_.max_seq);
   const Shape bt{dims.batch, dims.seq};
-  const bool tp = options_.tp.enabled();
-  if (tp) check_vocabulary_range(tokens, "token id", full_config_.vocab_size, false);
+  check_vocabulary_range(tokens, "token id", full_config_.vocab_size, false);
   ANVIL_CHECK(!options_.tp.splits_sequence() || dims.rows() % options_.tp.size == 0,
               "[model] sequence parallelism splits the {} x {} = {} positions of a batch over {} "
               "tp ranks, which does not divide them",
@@ -253,7 +256,7 @@ StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
   tokens_view_ = on_device(*backend_, tokens, acts_.tokens);
   if (targets) {
     check_batch_tensor(*targets, bt, DType::i32, "targets");
-    if (tp) check_vocabulary_range(*targets, "target", full_config_.vocab_size, true);
+    check_vocabulary_range(*targets, "target", full_config_.vocab_size, true);
     targets_view_ = on_device(*backend_, *targets, acts_.targets);
   }
   mask_view_ = Tensor();
@@ -368,6 +371,12 @@ LossTargets LlamaModel::loss_targets() const {
 }
 
 LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
+  const int64_t count = forward_backward(batch, grad_scale, acts_.loss_sum);
+  return LossSum{read_loss_sum(acts_.loss_sum), count};
+}
+
+int64_t LlamaModel::forward_backward(const Batch& batch, float grad_scale,
+                                     const Tensor& loss_sum) {
   const StepDims dims =
       prepare_inputs(batch.tokens, &batch.targets, batch.loss_mask, batch.doc_ids, 0);
   const BlockContext ctx = make_context(dims);
@@ -401,7 +410,8 @@ LossSum LlamaModel::forward_backward(const Batch& batch, float grad_scale) {
   if (!lora_.enabled())
     embedding_block_backward(ctx, tokens_view_, scratch.d_residual, grad_views_.embedding);
   call_hook(&GroupHooks::after_backward, kEmbeddingGroup);
-  return LossSum{sum_losses(dims), count_loss_tokens(batch)};
+  backend_->sum_to_double(acts_.losses.flat(0, dims.rows()), loss_sum);
+  return count_loss_tokens(batch);
 }
 
 LossSum LlamaModel::forward_loss(const Batch& batch) {
@@ -414,7 +424,8 @@ LossSum LlamaModel::forward_loss(const Batch& batch) {
   const Tensor last = leading_rows(acts_.residual[config_.n_layers], ctx.local_rows, config_.dim);
   head_block_forward_loss(ctx, compute_weights(), last, acts_, loss_targets());
   call_hook(&GroupHooks::after_forward, head);
-  return LossSum{sum_losses(dims), count_loss_tokens(batch)};
+  backend_->sum_to_double(acts_.losses.flat(0, dims.rows()), acts_.loss_sum);
+  return LossSum{read_loss_sum(acts_.loss_sum), count_loss_tokens(batch)};
 }
 
 void LlamaModel::forward_logits(const Tensor& tokens, const Tensor& logits, const Tensor* doc_ids) {
@@ -437,11 +448,9 @@ void LlamaModel::forward_logits(const Tensor& tokens, const Tensor& logits, cons
   call_hook(&GroupHooks::after_forward, head);
 }
 
-double LlamaModel::sum_losses(StepDims dims) {
-  const int64_t n = dims.rows();
-  backend_->copy_to_host(host_losses_.data(), acts_.losses.flat(0, n));
+double LlamaModel::read_loss_sum(const Tensor& loss_sum) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += host_losses_[static_cast<size_t>(i)];
+  backend_->copy_to_host(&sum, loss_sum);
   return sum;
 }
 

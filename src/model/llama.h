@@ -205,7 +205,13 @@ class LlamaModel {
   void init_trainable_group(int group, uint64_t seed, float* host) const;
 
   // Runs forward and backward: gradients += d(grad_scale * sum of token losses)/d(weights).
-  // Returns the (unscaled) loss sum and counted-token count of the batch.
+  // Queues the batch's (unscaled) loss sum, a double added in row order, into `loss_sum` (u32
+  // (2) on the model's device, 8-byte aligned) without waiting for it, and returns the
+  // batch's counted-token count (from the host's targets): a training step reads all its loss
+  // sums back at once.
+  int64_t forward_backward(const Batch& batch, float grad_scale, const Tensor& loss_sum);
+  // The same, reading the loss sum back (one wait on a device backend): returns the loss sum
+  // and the counted-token count.
   LossSum forward_backward(const Batch& batch, float grad_scale);
   // Returns the loss sum and count without touching gradients (evaluation).
   LossSum forward_loss(const Batch& batch);
@@ -251,7 +257,8 @@ class LlamaModel {
   void embed_and_layers_forward(const BlockContext& ctx, bool save_for_backward);
   LayerActivations& saved_activations(int layer);
   LossTargets loss_targets() const;
-  double sum_losses(StepDims dims);
+  // Returns the double a loss_sum tensor holds (reads it back).
+  double read_loss_sum(const Tensor& loss_sum);
   void call_hook(void (GroupHooks::*hook)(int), int group);
   // Calls before_forward(group), then refreshes the group's compute-dtype weight copy.
   void begin_forward(int group);
@@ -291,9 +298,8 @@ class LlamaModel {
   Arena arena_;
   ModelActivations acts_;
   GroupHooks* hooks_ = nullptr;
-  // Host staging, sized once: positions to upload, losses and targets/mask to read back.
+  // Host staging, sized once: positions to upload, targets/mask to read back.
   std::vector<int32_t> host_positions_;
-  std::vector<float> host_losses_;
   std::vector<int32_t> host_targets_;
   std::vector<float> host_mask_;
   StepDims positions_dims_;

@@ -1,5 +1,7 @@
-// MLP half of a Llama layer: rmsnorm, SwiGLU (gate, up, silu(gate) * up), down projection
-// (each optionally with a LoRA adapter) and the residual add.
+// MLP half of a Llama layer: SwiGLU (gate, up, silu(gate) * up) of the rmsnorm output the
+// attention half's fused residual add left in a.mlp_norm_out, down projection (each optionally
+// with a LoRA adapter) and the residual add. In backward the norm also writes the residual
+// gradient's compute-dtype copy for the attention half (block_context.h).
 #include "model/mlp_block.h"
 
 #include "model/linear.h"
@@ -18,8 +20,6 @@ void weight_grad(Backend& backend, const Tensor& dy, const Tensor& x, const Tens
 void mlp_block_forward(const BlockContext& ctx, const LayerWeights& w, LayerActivations& a,
                        const Tensor& out, const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
-  backend.rmsnorm_forward(a.resid_mid, w.mlp_norm, a.mlp_norm_out, a.mlp_rstd,
-                          ctx.config->norm_eps);
   // Sequence parallelism: the norm ran on this rank's rows; gate and up take all of them.
   const Tensor normed = ctx.gather_rows(a.mlp_norm_out, ctx.sp_gathered);
   linear_forward(backend, normed, w.w_gate, a.gate);
@@ -42,8 +42,7 @@ void mlp_block_backward(const BlockContext& ctx, const LayerWeights& w, const La
                         const LoraLayerStep* lora) {
   Backend& backend = *ctx.backend;
   // down_proj: d_swiglu (N,F) = (+ adapter path), dWdown +=.
-  const Tensor d_out = as_compute_operand(backend, ctx.gather_rows(s.d_residual, ctx.sp_full),
-                                          s.d_residual_compute);
+  const Tensor d_out = residual_gradient_operand(ctx, s);
   linear_backward_input(backend, d_out, w.w_down, s.d_swiglu, false);
   weight_grad(backend, d_out, a.swiglu_out, g.w_down);
   if (lora) lora_backward(*lora, LoraTarget::down_proj, a.swiglu_out, d_out, s.d_swiglu);
@@ -63,7 +62,7 @@ void mlp_block_backward(const BlockContext& ctx, const LayerWeights& w, const La
   const Tensor d_normed = ctx.reduce_rows(s.d_norm_out, ctx.sp_d_norm);
   // rmsnorm: d_residual += dL/dh through the norm (it already holds the residual path).
   rmsnorm_backward_rows(ctx, d_normed, a.resid_mid, w.mlp_norm, a.mlp_rstd, s.d_residual,
-                        g.mlp_norm);
+                        g.mlp_norm, residual_copy_target(ctx, s.d_residual, s.d_residual_compute));
 }
 
 }  // namespace anvil

@@ -37,6 +37,11 @@ struct TrainStepRecord {
   int64_t skipped_steps = 0;  // steps skipped so far for a non-finite loss or gradient norm
   double mfu = -1;  // model FLOP utilisation of the step (0-1); < 0: unknown, not written
   double loss_scale = 0;  // the dynamic loss scale the step ran at; 0: no loss scaling
+  // The times the host blocked on its device during the step and the bytes it read back (this
+  // rank's; 0 on a host backend, whose ops finish before they return): a step that stalls the
+  // host shows here ("host_waits", "readback_bytes").
+  int64_t host_waits = 0;
+  int64_t readback_bytes = 0;
   // A mixture's sources (data.sources paths) and the tokens of the windows each supplied so
   // far (seq_len per window), written as "source_tokens": {...}; empty for one dataset.
   std::vector<std::pair<std::string, int64_t>> source_tokens{};

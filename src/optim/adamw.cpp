@@ -50,12 +50,20 @@ AdamW::AdamW(Backend& backend, std::vector<OptimizerGroup> groups, AdamWHyperPar
 
 void AdamW::step(double lr, double grad_scale) {
   begin_step();
-  for (size_t g = 0; g < groups_.size(); ++g) step_group(g, lr, grad_scale);
+  std::vector<AdamWTensors> sets;
+  for (size_t g = 0; g < groups_.size(); ++g) append_sets(g, sets);
+  backend_.adamw_step_many(sets, update_params(lr, grad_scale));
 }
 
 void AdamW::step_group(size_t group_index, double lr, double grad_scale) {
   ANVIL_CHECK(group_index < groups_.size(), "[adamw] group {} of {}", group_index,
               groups_.size());
+  std::vector<AdamWTensors> sets;
+  append_sets(group_index, sets);
+  backend_.adamw_step_many(sets, update_params(lr, grad_scale));
+}
+
+AdamWParams AdamW::update_params(double lr, double grad_scale) const {
   AdamWParams params;
   params.lr = static_cast<float>(lr);
   params.beta1 = static_cast<float>(hyper_.beta1);
@@ -63,18 +71,24 @@ void AdamW::step_group(size_t group_index, double lr, double grad_scale) {
   params.eps = static_cast<float>(hyper_.eps);
   params.step = step_count_;
   params.grad_scale = static_cast<float>(grad_scale);
+  return params;
+}
+
+void AdamW::append_sets(size_t group_index, std::vector<AdamWTensors>& sets) const {
   const OptimizerGroup& group = groups_[group_index];
   const int64_t n = group.params.numel();
   const Tensor m = m_buffers_[group_index].as(DType::f32, {n});
   const Tensor v = v_buffers_[group_index].as(DType::f32, {n});
+  const float decay = static_cast<float>(hyper_.weight_decay);
   for (const ParamSpan& span : group.spans) {
-    params.weight_decay = span.weight_decay ? static_cast<float>(hyper_.weight_decay) : 0.0f;
-    const Tensor copy =
-        group.param_copy.defined() ? group.param_copy.flat(span.offset, span.count) : Tensor();
-    backend_.adamw_step(group.params.flat(span.offset, span.count),
-                        group.grads.flat(span.offset, span.count),
-                        m.flat(span.offset, span.count), v.flat(span.offset, span.count), params,
-                        copy.defined() ? &copy : nullptr);
+    AdamWTensors set;
+    set.param = group.params.flat(span.offset, span.count);
+    set.grad = group.grads.flat(span.offset, span.count);
+    set.m = m.flat(span.offset, span.count);
+    set.v = v.flat(span.offset, span.count);
+    if (group.param_copy.defined()) set.param_copy = group.param_copy.flat(span.offset, span.count);
+    set.weight_decay = span.weight_decay ? decay : 0.0f;
+    sets.push_back(set);
   }
 }
 

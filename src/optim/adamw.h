@@ -3,7 +3,8 @@
 // second moments with that same layout, so sharding a group shards its state identically.
 // Spans inside a group say which elements take weight decay (matrices) and which do not
 // (norms, biases, and embeddings unless asked). The update is torch.optim.AdamW's
-// (decoupled decay, bias correction), executed by the backend's adamw_step.
+// (decoupled decay, bias correction), executed by the backend's adamw_step_many: one
+// multi-tensor update per step (one launch on a device), whatever the number of spans.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +70,11 @@ class AdamW {
   const std::vector<OptimizerGroup>& groups() const { return groups_; }
 
  private:
+  // Returns the step's parameters at the current step count (weight decay per set).
+  AdamWParams update_params(double lr, double grad_scale) const;
+  // Appends group g's spans as tensor sets of one multi-tensor update.
+  void append_sets(size_t group, std::vector<AdamWTensors>& sets) const;
+
   Backend& backend_;
   std::vector<OptimizerGroup> groups_;
   AdamWHyperParams hyper_;

@@ -9,6 +9,9 @@ namespace anvil {
 
 std::vector<uint64_t> all_gather_words(Communicator& comm, std::span<const uint64_t> values) {
   std::vector<uint64_t> in(values.begin(), values.end());
+  // A world of one gathers its own values: no collective, so no host value ever touches a
+  // device communicator's staging (which would block the host on the device).
+  if (comm.size() == 1) return in;
   std::vector<uint64_t> out(in.size() * static_cast<size_t>(comm.size()));
   const auto n = static_cast<int64_t>(in.size()) * 2;
   comm.all_gather(Tensor(in.data(), DType::u32, Shape{n}),
@@ -61,6 +64,7 @@ int64_t all_ranks_sum(Communicator& comm, int64_t value) {
 }
 
 void broadcast_string(Communicator& comm, std::string& text, int root) {
+  if (comm.size() == 1) return;
   uint32_t length = static_cast<uint32_t>(text.size());
   comm.broadcast(Tensor(&length, DType::u32, Shape{1}), root);
   std::vector<uint32_t> words((length + 3) / 4, 0);

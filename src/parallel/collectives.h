@@ -1,6 +1,7 @@
 // Small exact collectives on host values, built from all_gather (which moves bytes): every
 // rank receives every rank's values and combines them itself in a fixed order, so 64-bit
-// integers and doubles (which the Communicator has no dtype for) travel bit for bit.
+// integers and doubles (which the Communicator has no dtype for) travel bit for bit. Over a
+// world of one they return at once, without calling the communicator.
 #pragma once
 
 #include <cstdint>

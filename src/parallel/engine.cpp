@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -163,8 +165,8 @@ void DataParallelEngine::allocate_state(int micro_batches) {
     if (!fast_ && micro_batches > 1)  // exact: the running sum goes back up
       running_sum_source_ = SlotPool(backend, 1, plan_.max_padded() / mesh_->data_world());
   }
-  if (!mesh_->offload())
-    norm_counters_ = Buffer(backend, kNormCounterBytes, MemoryCategory::workspace);
+  step_results_ = Buffer(backend, step_result_bytes(micro_batches, mesh_->offload()),
+                         MemoryCategory::workspace);
   if (stage_ == 3) {
     if (lora_) {
       frozen_shards_.resize(static_cast<size_t>(frozen_plan_.group_count()));
@@ -302,30 +304,33 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
       static_cast<float>(loss_scale / static_cast<double>(report.loss.count));
 
   if (stage_ <= 1) model_->trainable_gradients().zero();
-  std::vector<double> loss_sums(micro_batches.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     micro_step_ = static_cast<int>(m);
     model_->set_dropout_micro_batch(static_cast<int64_t>(m) * mesh_->sample_world() +
                                     mesh_->sample_rank());
     begin_pass(Pass::train);
-    loss_sums[m] = model_->forward_backward(local_batches[m], grad_scale).sum;
+    model_->forward_backward(local_batches[m], grad_scale, loss_sum_slot(static_cast<int>(m)));
     end_pass();
     finish_micro_step(m + 1 == micro_batches.size());
   }
   // Offload: the reduced gradients go to the host now; the norm below reads them there.
   if (offloaded()) copy_gradients_to_host();
+  ExactSquareSum local_squares;
+  {
+    TraceSpan span("grad norm", kTraceCompute);
+    add_local_squares(local_squares);
+  }
+  // The step's one readback: every micro-batch's loss sum and the norm's digit counters.
+  const StepResults results = read_step_results();
+  if (!offloaded()) local_squares.add_digit_counters(results.counters);
   // Global micro-batch j = m * world + r: add the sums in that order, as one process would
   // (under context parallelism each micro-batch's sum is itself its cp ranks' partial sums).
-  const std::vector<double> all_sums = all_gather_doubles(data, loss_sums);
+  const std::vector<double> all_sums = all_gather_doubles(data, results.loss_sums);
   const size_t ranks = static_cast<size_t>(data.size());
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     for (size_t r = 0; r < ranks; ++r) report.loss.sum += all_sums[r * micro_batches.size() + m];
   }
-
-  {
-    TraceSpan span("grad norm", kTraceCompute);
-    report.grad_norm = global_grad_norm() / loss_scale;
-  }
+  report.grad_norm = global_grad_norm(local_squares) / loss_scale;
   report.clip_scale = clip_coefficient(report.grad_norm, options_.grad_clip);
   // Both values are global (all-gathered, summed in one order), so every rank takes the
   // same branch and no collective below is left unmatched.
@@ -370,8 +375,34 @@ std::vector<std::vector<DataParallelEngine::ElementRange>> DataParallelEngine::n
   return ranges;
 }
 
+int64_t DataParallelEngine::step_result_bytes(int micro_batches, bool offload) {
+  return int64_t{micro_batches} * static_cast<int64_t>(sizeof(double)) +
+         (offload ? 0 : kNormCounterBytes);
+}
+
+Tensor DataParallelEngine::loss_sum_slot(int micro_step) const {
+  return buffer_view(step_results_, DType::u32, static_cast<size_t>(micro_step) * sizeof(double),
+                     2);
+}
+
 Tensor DataParallelEngine::norm_counters() const {
-  return norm_counters_.as(DType::u32, Shape{2 * kExactCounterCount});
+  const size_t offset = static_cast<size_t>(options_.micro_batches) * sizeof(double);
+  return buffer_view(step_results_, DType::u32, offset, 2 * kExactCounterCount);
+}
+
+DataParallelEngine::StepResults DataParallelEngine::read_step_results() {
+  const int64_t bytes = static_cast<int64_t>(step_results_.bytes());
+  std::vector<uint64_t> words(static_cast<size_t>(bytes) / sizeof(uint64_t));
+  model_->backend().copy_to_host(words.data(),
+                                 buffer_view(step_results_, DType::u32, 0, bytes / 4));
+  StepResults results;
+  results.loss_sums.resize(static_cast<size_t>(options_.micro_batches));
+  std::memcpy(results.loss_sums.data(), words.data(), results.loss_sums.size() * sizeof(double));
+  if (!offloaded()) {
+    std::copy_n(words.begin() + options_.micro_batches, kExactCounterCount,
+                results.counters.begin());
+  }
+  return results;
 }
 
 void DataParallelEngine::add_device_squares(const Tensor& values, ExactSquareSum& sum) {
@@ -396,10 +427,10 @@ void DataParallelEngine::fold_norm_counters(ExactSquareSum& sum) {
   sum.add_digit_counters(counters);
 }
 
-double DataParallelEngine::global_grad_norm() {
-  // This rank's squares: on the device into the digit counters, which reach the host once
-  // (a few dozen words, not the gradient); offloaded, from the host optimizer's copies.
-  ExactSquareSum local;
+void DataParallelEngine::add_local_squares(ExactSquareSum& local) {
+  // This rank's squares: on the device into the digit counters, which reach the host with the
+  // step's results (a few dozen words, not the gradient); offloaded, from the host
+  // optimizer's copies.
   if (!offloaded()) {
     model_->backend().fill_zero(norm_counters());
     norm_counter_fill_ = 0;
@@ -423,7 +454,9 @@ double DataParallelEngine::global_grad_norm() {
       }
     }
   }
-  if (!offloaded()) fold_norm_counters(local);
+}
+
+double DataParallelEngine::global_grad_norm(const ExactSquareSum& local) {
   const ExactSquareSum::Words words = local.to_words();
   const std::vector<uint64_t> all = all_gather_words(mesh_->world(), words);
   ExactSquareSum total;

@@ -226,9 +226,12 @@ class DataParallelEngine final : private GroupHooks {
   // moments), by category; all zero without offload.
   MemorySnapshot host_memory() const;
 
-  // The gradient norm's digit counters on the device (workspace; none with offload, where the
-  // norm reads the host optimizer's gradient copies).
+  // The gradient norm's digit counters on the device (none with offload, where the norm reads
+  // the host optimizer's gradient copies).
   static constexpr int64_t kNormCounterBytes = kExactCounterCount * sizeof(uint64_t);
+  // Returns the bytes of the step's results on the device (workspace), which the host reads
+  // back once a step: a double loss sum per micro-batch, then the norm's digit counters.
+  static int64_t step_result_bytes(int micro_batches, bool offload);
 
   // Planning (engine_plan.cpp): what a run would hold and send, from the shard plans and the
   // model's planned_memory alone, allocating nothing. `options` are the run's model options
@@ -509,9 +512,22 @@ class DataParallelEngine final : private GroupHooks {
   int take_shard_staging(int group);
   bool scatter_pending() const;
   void finish_micro_step(bool last);
-  double global_grad_norm();
+  // What the host reads back once a step (step_result_bytes).
+  struct StepResults {
+    std::vector<double> loss_sums;  // per micro-step
+    ExactSquareSum::DigitCounters counters{};  // without offload
+  };
+  // Micro-step m's loss sum on the device (a double as u32 (2)).
+  Tensor loss_sum_slot(int micro_step) const;
   // The gradient norm's digit counters on the device (Backend::accumulate_exact_squares).
   Tensor norm_counters() const;
+  // Reads the step's results back (one wait on the device).
+  StepResults read_step_results();
+  // Adds this rank's gradient squares: queued into the device counters (read back with the
+  // step's results), or offloaded, added from the host copies into `local` now.
+  void add_local_squares(ExactSquareSum& local);
+  // Returns the global gradient norm from every rank's `local` squares (exact, any order).
+  double global_grad_norm(const ExactSquareSum& local);
   // Adds the squares of device tensor `values` to the counters, first folding them into `sum`
   // and zeroing them whenever they hold kExactCounterCapacity squares (over 2^32 gradient
   // elements on one rank).
@@ -564,7 +580,7 @@ class DataParallelEngine final : private GroupHooks {
   bool host_masters_stale_ = true;  // the device's weights were written since the last copy
   std::vector<bool> device_shard_stale_;  // shards_offloaded(): the host master is newer
   Buffer host_cast_staging_;  // shards_offloaded(): a master shard cast on the host
-  Buffer norm_counters_;      // without offload: global_grad_norm's digit counters
+  Buffer step_results_;       // step_result_bytes: loss sums, then the norm's digit counters
   int64_t norm_counter_fill_ = 0;  // squares added to them since they were zeroed
   GradientSlotPlan gradient_plan_;     // stages 2-3
   std::array<SlotPool, 2> shard_staging_;  // shards_offloaded(), by gradient pool

@@ -109,7 +109,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   report.activations = static_cast<int64_t>(model.activations);
   report.workspace = static_cast<int64_t>(model.compute_copies + model.ring_scratch);
   report.comm_buffers = static_cast<int64_t>(model.ring_blocks);
-  if (!parallel.offload) report.workspace += kNormCounterBytes;
+  report.workspace += step_result_bytes(micro_batches, parallel.offload);
 
   // What allocate_state and build_optimizer allocate.
   const PlannedLayouts layouts = planned_layouts(config, options, shape, zero_stage, data_rank);

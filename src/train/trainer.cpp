@@ -68,6 +68,7 @@ void Trainer::message(const std::string& line) {
 
 StepOutcome Trainer::train_step(int64_t step) {
   const Clock::time_point begin = Clock::now();
+  const HostWaits waits_before = backend_->host_waits();
   watch(step, nullptr);
   BatchLayout layout;
   layout.micro_batch = micro_batch_;
@@ -114,7 +115,9 @@ StepOutcome Trainer::train_step(int64_t step) {
     if (loss_scaler_) loss_scaler_->update(true);
   }
   if (loss_scaler_) progress_.loss_scale = loss_scaler_->state();
-  backend_->synchronize();
+  // No wait for the device here: the optimizer update stays queued while the host goes on to
+  // the next step's data (the host runs ahead; a step's time includes the wait for the last).
+  outcome.waits = backend_->host_waits() - waits_before;
 
   progress_.step = step;
   progress_.cursor.next_sample += layout.global_batch();
@@ -342,6 +345,8 @@ TrainResult Trainer::run() {
                              progress_.tokens_seen, step_tokens_per_s,
                              seconds_between(run_start_, Clock::now()),
                              progress_.skipped_steps, mfu, outcome.loss_scale};
+      record.host_waits = outcome.waits.waits;
+      record.readback_bytes = outcome.waits.readback_bytes;
       record.mem_bytes = memory.total;
       record.mem_peak_bytes = memory.total_peak;
       record.mem_peak = memory.peak;
@@ -369,7 +374,8 @@ TrainResult Trainer::run() {
     }
     // Ranks receive a stop signal at slightly different times; they agree on the step.
     int32_t stop_signal = StopSignalGuard::signal_number();
-    mesh_->world().all_reduce(Tensor(&stop_signal, DType::i32, Shape{1}), ReduceOp::max);
+    if (mesh_->world().size() > 1)  // a host value: a world of one keeps it off the device
+      mesh_->world().all_reduce(Tensor(&stop_signal, DType::i32, Shape{1}), ReduceOp::max);
     const bool stop = stop_signal != 0;
     if ((config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0) || last || stop) {
       watch(step, "checkpoint save");

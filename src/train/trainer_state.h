@@ -41,6 +41,7 @@ struct StepOutcome {
   double seconds = 0;
   bool skipped = false;  // not applied: the loss or gradient norm was not finite
   double loss_scale = 0;  // the dynamic loss scale the step ran at (0: none)
+  HostWaits waits;        // the host's blocking waits on the device during the step
 };
 
 class Trainer {

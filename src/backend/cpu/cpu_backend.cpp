@@ -72,11 +72,18 @@ void CpuBackend::rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, c
   cpu_ref::rmsnorm_forward(x, weight, out, rstd, eps);
 }
 
+void CpuBackend::add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                            const Tensor& weight, const Tensor& out,
+                                            const Tensor& rstd, float eps) {
+  if (optimized_) return optimized_->add_rmsnorm_forward(a, b, sum, weight, out, rstd, eps);
+  cpu_ref::add_rmsnorm_forward(a, b, sum, weight, out, rstd, eps);
+}
+
 void CpuBackend::rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                          const Tensor& rstd, const Tensor& dx,
-                                         const Tensor& dweight) {
-  if (optimized_) return optimized_->rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
-  cpu_ref::rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
+                                         const Tensor& dweight, const Tensor* dx_copy) {
+  if (optimized_) return optimized_->rmsnorm_backward(dout, x, weight, rstd, dx, dweight, dx_copy);
+  cpu_ref::rmsnorm_backward(dout, x, weight, rstd, dx, dweight, dx_copy);
 }
 
 void CpuBackend::rope_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& positions,
@@ -178,11 +185,15 @@ void CpuBackend::cross_entropy_shard_backward_kernel(const Tensor& logits, const
                                         dlogits, grad_scale);
 }
 
-void CpuBackend::adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m,
-                                   const Tensor& v, const AdamWParams& params,
-                                   const Tensor* param_copy) {
-  if (optimized_) return optimized_->adamw_step(param, grad, m, v, params, param_copy);
-  cpu_ref::adamw_step(param, grad, m, v, params, param_copy);
+void CpuBackend::adamw_step_kernel(std::span<const AdamWTensors> sets,
+                                   const AdamWParams& params) {
+  if (optimized_) return optimized_->adamw_step(sets, params);
+  cpu_ref::adamw_step(sets, params);
+}
+
+void CpuBackend::sum_to_double_kernel(const Tensor& x, const Tensor& result) {
+  if (optimized_) return optimized_->sum_to_double(x, result);
+  cpu_ref::sum_to_double(x, result);
 }
 
 double CpuBackend::sum_squares_kernel(const Tensor& x) {

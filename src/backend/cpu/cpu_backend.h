@@ -48,9 +48,12 @@ class CpuBackend final : public Backend {
                                        int64_t begin) override;
   void rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& out,
                               const Tensor& rstd, float eps) override;
+  void add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                  const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                                  float eps) override;
   void rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                               const Tensor& rstd, const Tensor& dx,
-                               const Tensor& dweight) override;
+                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                               const Tensor* dx_copy) override;
   void rope_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& positions,
                            const RopeParams& params) override;
   void rope_backward_kernel(const Tensor& dout, const Tensor& dx, const Tensor& positions,
@@ -82,8 +85,9 @@ class CpuBackend final : public Backend {
                                            const Tensor* loss_mask, int ignore_index, int64_t begin,
                                            const Tensor& lse, const Tensor& dlogits,
                                            float grad_scale) override;
-  void adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                         const AdamWParams& params, const Tensor* param_copy) override;
+  void adamw_step_kernel(std::span<const AdamWTensors> sets,
+                         const AdamWParams& params) override;
+  void sum_to_double_kernel(const Tensor& x, const Tensor& result) override;
   double sum_squares_kernel(const Tensor& x) override;
   bool all_finite_kernel(const Tensor& x) override;
   void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) override;

@@ -3,7 +3,8 @@
 // exp(x - max) rescaled when the max grows, then the block combines them into the row's max
 // and log-sum-exp; pass 2 writes dlogits = (softmax - onehot) * mask * grad_scale. The target
 // logit is read and the loss written before a barrier that precedes pass 2, so dlogits may
-// alias logits. Ignored rows (target == ignore_index or mask 0) get loss 0 and zero gradient.
+// alias logits. Ignored rows (target == ignore_index or mask 0) get loss 0 and zero gradient,
+// as do rows whose target lies outside the vocabulary (never read: the host checks targets).
 // The vocabulary-parallel halves reuse pass 1 for a shard's (max, sum) statistics and write a
 // shard's dlogits from the full row's lse, each element read and written by one thread (so
 // aliasing needs no barrier).
@@ -43,7 +44,9 @@ __global__ void __launch_bounds__(kRowBlock)
   const int64_t offset = row * vocab;
   const int32_t target = targets[row];
   const float mask = loss_mask ? loss_mask[row] : 1.0f;
-  if (target == ignore_index || mask == 0.0f) {
+  // A target outside [0, vocab) counts as ignored: the host checks targets before upload, and
+  // a kernel never reads outside its row.
+  if (target == ignore_index || target < 0 || target >= vocab || mask == 0.0f) {
     if (threadIdx.x == 0) losses[row] = 0.0f;
     if (dlogits.data)
       for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
@@ -94,7 +97,7 @@ __global__ void __launch_bounds__(kRowBlock)
   const int64_t offset = row * vocab;
   const int32_t target = targets[row];
   const float mask = loss_mask ? loss_mask[row] : 1.0f;
-  if (target == ignore_index || mask == 0.0f) {
+  if (target == ignore_index || target < 0 || mask == 0.0f) {  // a negative one counts as ignored
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
       store_float(dlogits, offset + j, 0.0f);
     return;

@@ -83,7 +83,10 @@ void CudaBackend::fill_zero_kernel(const Tensor& t) {
   CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream()));
 }
 
-void CudaBackend::synchronize() { stream_->synchronize(); }
+void CudaBackend::synchronize() {
+  count_host_wait();
+  stream_->synchronize();
+}
 
 std::unique_ptr<Event> CudaBackend::record_event() {
   return std::make_unique<cuda::CudaBackendEvent>(stream());
@@ -102,20 +105,6 @@ void CudaBackend::read_back(void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(readback_->data(), src, bytes, cudaMemcpyDeviceToHost, stream()));
   stream_->synchronize();
   std::memcpy(dst, readback_->data(), bytes);
-}
-
-std::pair<int64_t, int32_t> CudaBackend::find_bad_index(const Tensor& indices, int64_t limit,
-                                                        bool allow_ignore, int ignore_index) {
-  auto* first_bad = static_cast<int64_t*>(scalars_);
-  cuda::launch_find_bad_index(indices.i32(), indices.numel(), limit, allow_ignore, ignore_index,
-                              first_bad, stream());
-  CUDA_CHECK_LAUNCH("find_bad_index");
-  int64_t position = -1;
-  read_back(&position, first_bad, sizeof(position));
-  if (position < 0) return {-1, 0};
-  int32_t value = 0;
-  read_back(&value, indices.i32() + position, sizeof(value));
-  return {position, value};
 }
 
 void CudaBackend::matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c, bool transpose_a,

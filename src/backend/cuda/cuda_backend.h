@@ -2,11 +2,11 @@
 // memory), one non-blocking stream on which every copy and kernel is queued in order (so a
 // block freed to the cache and handed out again is only touched after earlier work), pinned
 // staging for host transfers, cuBLASLt GEMMs, and one kernel file per op (cuda_ops.h).
-// Attention's kernels are attention*.cu (attention.h). Every op checks devices, dtypes and
-// shapes on the host, with the CPU reference's messages, before anything is launched. Ops
-// that must report bad indices (embedding, cross_entropy, and their vocabulary-shard forms) or
-// return a host value (sum_squares, all_finite) synchronize; all others return with the work
-// queued.
+// Attention's kernels are attention*.cu (attention.h). Every op's arguments are checked on the
+// host by Backend before anything is launched; ids and targets are checked by the caller before
+// upload, never read back. Only the ops that return a host value (sum_squares, all_finite),
+// copy_to_host and synchronize block the host (each counted in host_waits()); all others
+// return with the work queued.
 #pragma once
 
 #include <map>
@@ -33,6 +33,7 @@ class CudaBackend final : public Backend {
   // Returns the stream every op of this backend is queued on.
   cudaStream_t stream() const { return stream_->get(); }
   void* native_stream() const override { return stream(); }
+  int64_t source_allocations() const override { return memory_stats().source_allocations; }
 
   Device device() const override { return Device{DeviceType::cuda, device_index_}; }
 
@@ -59,9 +60,12 @@ class CudaBackend final : public Backend {
                                        int64_t begin) override;
   void rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& out,
                               const Tensor& rstd, float eps) override;
+  void add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                  const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                                  float eps) override;
   void rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                               const Tensor& rstd, const Tensor& dx,
-                               const Tensor& dweight) override;
+                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                               const Tensor* dx_copy) override;
   void rope_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& positions,
                            const RopeParams& params) override;
   void rope_backward_kernel(const Tensor& dout, const Tensor& dx, const Tensor& positions,
@@ -92,9 +96,10 @@ class CudaBackend final : public Backend {
                                            const Tensor* loss_mask, int ignore_index, int64_t begin,
                                            const Tensor& lse, const Tensor& dlogits,
                                            float grad_scale) override;
-  void adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                         const AdamWParams& params, const Tensor* param_copy) override;
+  void adamw_step_kernel(std::span<const AdamWTensors> sets,
+                         const AdamWParams& params) override;
   void dropout_kernel(const Tensor& x, const Tensor& out, float p, uint64_t seed) override;
+  void sum_to_double_kernel(const Tensor& x, const Tensor& result) override;
   double sum_squares_kernel(const Tensor& x) override;
   bool all_finite_kernel(const Tensor& x) override;
   void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) override;
@@ -110,10 +115,6 @@ class CudaBackend final : public Backend {
   // Scratch device memory returned to the cache when it goes out of scope (workspace).
   class Scratch;
 
-  // Returns (position, value) of the first index outside [0, limit) that is not ignore_index
-  // (when allow_ignore), or position -1 when all are valid. Synchronizes.
-  std::pair<int64_t, int32_t> find_bad_index(const Tensor& indices, int64_t limit,
-                                             bool allow_ignore, int ignore_index);
   // Returns the device copy of RoPE's inverse frequencies for this head_dim and params.
   const float* rope_frequencies(int64_t head_dim, const RopeParams& params);
   // Copies `bytes` of device memory at `src` into host `dst` after the queued work.

@@ -16,10 +16,6 @@ namespace anvil {
 using cuda::in;
 using cuda::out;
 
-// An index limit no i32 reaches: the shard ops reject negative indices only, since ids and
-// targets of other shards are normal.
-constexpr int64_t kAnyIndex = int64_t{1} << 32;
-
 class CudaBackend::Scratch {
  public:
   Scratch(CudaBackend& backend, size_t bytes)
@@ -33,9 +29,6 @@ class CudaBackend::Scratch {
 void CudaBackend::embedding_forward_kernel(const Tensor& ids, const Tensor& table,
                                            const Tensor& o) {
   const int64_t N = ids.shape[0], V = table.shape[0], C = table.shape[1];
-  const auto [position, id] = find_bad_index(ids, V, false, 0);
-  ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
-              position);
   cuda::launch_embedding_forward(ids.i32(), N, in(table), 0, V, C, out(o), stream());
   CUDA_CHECK_LAUNCH("embedding_forward");
 }
@@ -43,29 +36,20 @@ void CudaBackend::embedding_forward_kernel(const Tensor& ids, const Tensor& tabl
 void CudaBackend::embedding_backward_kernel(const Tensor& ids, const Tensor& dout,
                                             const Tensor& dtable) {
   const int64_t N = ids.shape[0], V = dtable.shape[0], C = dtable.shape[1];
-  const auto [position, id] = find_bad_index(ids, V, false, 0);
-  ANVIL_CHECK(position < 0, "[embedding] token id {} out of range [0, {}) at position {}", id, V,
-              position);
   cuda::launch_embedding_backward(ids.i32(), N, in(dout), C, 0, V, dtable.f32(), stream());
   CUDA_CHECK_LAUNCH("embedding_backward");
 }
 
 void CudaBackend::embedding_shard_forward_kernel(const Tensor& ids, const Tensor& table,
                                                  const Tensor& o, int64_t begin) {
-  const char* op = "embedding_shard";
   const int64_t N = ids.shape[0], Vs = table.shape[0], C = table.shape[1];
-  const auto [position, id] = find_bad_index(ids, kAnyIndex, false, 0);
-  ANVIL_CHECK(position < 0, "[{}] token id {} is negative at position {}", op, id, position);
   cuda::launch_embedding_forward(ids.i32(), N, in(table), begin, Vs, C, out(o), stream());
   CUDA_CHECK_LAUNCH("embedding_shard_forward");
 }
 
 void CudaBackend::embedding_shard_backward_kernel(const Tensor& ids, const Tensor& dout,
                                                   const Tensor& dtable, int64_t begin) {
-  const char* op = "embedding_shard_backward";
   const int64_t N = ids.shape[0], Vs = dtable.shape[0], C = dtable.shape[1];
-  const auto [position, id] = find_bad_index(ids, kAnyIndex, false, 0);
-  ANVIL_CHECK(position < 0, "[{}] token id {} is negative at position {}", op, id, position);
   cuda::launch_embedding_backward(ids.i32(), N, in(dout), C, begin, Vs, dtable.f32(), stream());
   CUDA_CHECK_LAUNCH("embedding_shard_backward");
 }
@@ -77,15 +61,23 @@ void CudaBackend::rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, 
   CUDA_CHECK_LAUNCH("rmsnorm_forward");
 }
 
+void CudaBackend::add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                             const Tensor& weight, const Tensor& o,
+                                             const Tensor& rstd, float eps) {
+  add_kernel(a, b, sum);
+  rmsnorm_forward_kernel(sum, weight, o, rstd, eps);
+}
+
 void CudaBackend::rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                           const Tensor& rstd, const Tensor& dx,
-                                          const Tensor& dweight) {
+                                          const Tensor& dweight, const Tensor* dx_copy) {
   const int64_t N = x.shape[0], C = x.shape[1];
   if (N == 0 || C == 0) return;
   const Scratch scratch(*this, cuda::rmsnorm_backward_scratch_bytes(N, C));
   cuda::launch_rmsnorm_backward(in(dout), in(x), in(weight), rstd.f32(), out(dx), dweight.f32(),
                                 N, C, scratch.data(), stream());
   CUDA_CHECK_LAUNCH("rmsnorm_backward");
+  if (dx_copy) cast_kernel(dx, *dx_copy);
 }
 
 const float* CudaBackend::rope_frequencies(int64_t head_dim, const RopeParams& params) {
@@ -185,10 +177,6 @@ void CudaBackend::cross_entropy_kernel(const Tensor& logits, const Tensor& targe
                                        const Tensor& losses, const Tensor* dlogits,
                                        float grad_scale) {
   const int64_t N = logits.shape[0], V = logits.shape[1];
-  const auto [row, target] = find_bad_index(targets, V, true, ignore_index);
-  ANVIL_CHECK(row < 0,
-              "[cross_entropy] target {} out of range [0, {}) at row {} (ignore_index is {})",
-              target, V, row, ignore_index);
   const cuda::MutableArray gradient =
       dlogits ? out(*dlogits) : cuda::MutableArray{nullptr, DType::f32};
   cuda::launch_cross_entropy(in(logits), targets.i32(), loss_mask ? loss_mask->f32() : nullptr,
@@ -199,11 +187,7 @@ void CudaBackend::cross_entropy_kernel(const Tensor& logits, const Tensor& targe
 void CudaBackend::cross_entropy_shard_stats_kernel(const Tensor& logits, const Tensor& targets,
                                                    int ignore_index, int64_t begin,
                                                    const Tensor& stats) {
-  const char* op = "cross_entropy_shard_stats";
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  const auto [row, target] = find_bad_index(targets, kAnyIndex, true, ignore_index);
-  ANVIL_CHECK(row < 0, "[{}] target {} is negative at row {} (ignore_index is {})", op, target,
-              row, ignore_index);
   cuda::launch_cross_entropy_shard_stats(in(logits), targets.i32(), ignore_index, begin,
                                          stats.f32(), N, Vs, stream());
   CUDA_CHECK_LAUNCH("cross_entropy_shard_stats");
@@ -213,11 +197,7 @@ void CudaBackend::cross_entropy_shard_backward_kernel(const Tensor& logits, cons
                                                       const Tensor* loss_mask, int ignore_index,
                                                       int64_t begin, const Tensor& lse,
                                                       const Tensor& dlogits, float grad_scale) {
-  const char* op = "cross_entropy_shard_backward";
   const int64_t N = logits.shape[0], Vs = logits.shape[1];
-  const auto [row, target] = find_bad_index(targets, kAnyIndex, true, ignore_index);
-  ANVIL_CHECK(row < 0, "[{}] target {} is negative at row {} (ignore_index is {})", op, target,
-              row, ignore_index);
   cuda::launch_cross_entropy_shard_backward(in(logits), targets.i32(),
                                             loss_mask ? loss_mask->f32() : nullptr, ignore_index,
                                             begin, lse.f32(), out(dlogits), grad_scale, N, Vs,
@@ -225,28 +205,20 @@ void CudaBackend::cross_entropy_shard_backward_kernel(const Tensor& logits, cons
   CUDA_CHECK_LAUNCH("cross_entropy_shard_backward");
 }
 
-void CudaBackend::adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m,
-                                    const Tensor& v, const AdamWParams& params,
-                                    const Tensor* param_copy) {
-  // The scalars exactly as cpu/reference/adamw.cpp derives them.
-  const double lr = params.lr, beta1 = params.beta1, beta2 = params.beta2;
-  const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(params.step));
-  const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(params.step));
-  cuda::AdamWScalars scalars{};
-  scalars.grad_scale = params.grad_scale;
-  scalars.decay = static_cast<float>(1.0 - lr * params.weight_decay);
-  scalars.beta1 = params.beta1;
-  scalars.beta2 = params.beta2;
-  scalars.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  scalars.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  scalars.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  scalars.eps = params.eps;
-  const cuda::MutableArray copy =
-      param_copy ? out(*param_copy) : cuda::MutableArray{nullptr, DType::f32};
-  cuda::launch_adamw(param.f32(), grad.f32(), m.f32(), v.f32(), copy, scalars, param.numel(),
-                     stream());
-  CUDA_CHECK_LAUNCH("adamw");
+void CudaBackend::adamw_step_kernel(std::span<const AdamWTensors> sets,
+                                    const AdamWParams& params) {
+  for (const AdamWTensors& set : sets) {
+    const cuda::MutableArray copy =
+        set.param_copy.defined() ? out(set.param_copy) : cuda::MutableArray{nullptr, DType::f32};
+    cuda::launch_adamw(set.param.f32(), set.grad.f32(), set.m.f32(), set.v.f32(), copy,
+                       adamw_scalars(params, set.weight_decay), set.param.numel(), stream());
+    CUDA_CHECK_LAUNCH("adamw");
+  }
+}
+
+void CudaBackend::sum_to_double_kernel(const Tensor& x, const Tensor& result) {
+  cuda::launch_sum_to_double(x.f32(), x.numel(), static_cast<double*>(result.data), stream());
+  CUDA_CHECK_LAUNCH("sum_to_double");
 }
 
 void CudaBackend::dropout_kernel(const Tensor& x, const Tensor& o, float p, uint64_t seed) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/op_rules.h"
 #include "core/dtype.h"
 
 namespace anvil::cuda {
@@ -25,12 +26,6 @@ struct MutableArray {
   void* data;
   DType dtype;
 };
-
-// Writes into *first_bad (device) the smallest position whose index lies outside [0, limit)
-// and is not `ignore_index` (when allow_ignore), or -1 when all are valid.
-void launch_find_bad_index(const int32_t* indices, int64_t count, int64_t limit,
-                           bool allow_ignore, int32_t ignore_index, int64_t* first_bad,
-                           cudaStream_t stream);
 
 // out (N, C) = table (Vs, C)[id - vocab_begin] for ids in [vocab_begin, vocab_begin +
 // vocab_rows), 0 for other ids; the whole-table op passes vocab_begin 0 and vocab_rows V.
@@ -78,7 +73,8 @@ void launch_scale(MutableArray x, float alpha, int64_t n, cudaStream_t stream);
 void launch_axpy(float alpha, ConstArray x, MutableArray y, int64_t n, cudaStream_t stream);
 void launch_cast(ConstArray src, MutableArray dst, int64_t n, cudaStream_t stream);
 
-// Fused softmax cross-entropy, one block per row; dlogits.data may be null or alias logits.
+// Fused softmax cross-entropy, one block per row; dlogits.data may be null or alias logits. A
+// target outside [0, vocab) counts as ignored (the host checks targets before upload).
 void launch_cross_entropy(ConstArray logits, const int32_t* targets, const float* loss_mask,
                           int32_t ignore_index, float* losses, MutableArray dlogits,
                           float grad_scale, int64_t rows, int64_t vocab, cudaStream_t stream);
@@ -95,12 +91,7 @@ void launch_cross_entropy_shard_backward(ConstArray logits, const int32_t* targe
                                          MutableArray dlogits, float grad_scale, int64_t rows,
                                          int64_t vocab, cudaStream_t stream);
 
-// The f32 scalars of one AdamW step, computed on the host as cpu/reference/adamw.cpp does.
-struct AdamWScalars {
-  float grad_scale, decay, beta1, beta2, one_minus_beta1, one_minus_beta2;
-  float neg_step_size, bias_correction2_sqrt, eps;
-};
-// One AdamW step over n elements; param_copy.data may be null.
+// One AdamW step (AdamWScalars: backend/op_rules.h, computed on the host) over n elements; param_copy.data may be null.
 void launch_adamw(float* param, const float* grad, float* m, float* v, MutableArray param_copy,
                   const AdamWScalars& scalars, int64_t n, cudaStream_t stream);
 
@@ -113,6 +104,8 @@ int64_t sum_squares_scratch_count();
 // Writes sum(x^2) (double, fixed reduction order: deterministic) into *result (device).
 void launch_sum_squares(ConstArray x, int64_t n, double* scratch, double* result,
                         cudaStream_t stream);
+// Writes the sum of x's n f32 elements, added in index order in double, into *result (device).
+void launch_sum_to_double(const float* x, int64_t n, double* result, cudaStream_t stream);
 // Sets *nonfinite (device int, zeroed by the caller) to 1 when any element is NaN or inf.
 void launch_find_nonfinite(ConstArray x, int64_t n, int* nonfinite, cudaStream_t stream);
 

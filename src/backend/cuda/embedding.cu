@@ -12,18 +12,6 @@
 namespace anvil::cuda {
 namespace {
 
-__global__ void find_bad_index_kernel(const int32_t* indices, int64_t count, int64_t limit,
-                                      bool allow_ignore, int32_t ignore_index,
-                                      unsigned long long* first_bad) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int32_t value = indices[i];
-    const bool ignored = allow_ignore && value == ignore_index;
-    if (!ignored && (value < 0 || value >= limit))
-      atomicMin(first_bad, static_cast<unsigned long long>(i));
-  }
-}
-
 __global__ void embedding_forward_kernel(const int32_t* ids, ConstArray table,
                                          int64_t vocab_begin, int64_t vocab_rows, int64_t cols,
                                          MutableArray out) {
@@ -80,18 +68,6 @@ __global__ void embedding_backward_kernel(const int32_t* ids, int64_t rows, Cons
 }
 
 }  // namespace
-
-void launch_find_bad_index(const int32_t* indices, int64_t count, int64_t limit,
-                           bool allow_ignore, int32_t ignore_index, int64_t* first_bad,
-                           cudaStream_t stream) {
-  static_assert(sizeof(unsigned long long) == sizeof(int64_t));
-  auto* result = reinterpret_cast<unsigned long long*>(first_bad);
-  // All bits set: ULLONG_MAX for atomicMin, -1 when read back as int64_t.
-  cudaMemsetAsync(result, 0xff, sizeof(*result), stream);
-  if (count == 0) return;
-  find_bad_index_kernel<<<grid_for(count), kBlockSize, 0, stream>>>(
-      indices, count, limit, allow_ignore, ignore_index, result);
-}
 
 void launch_embedding_forward(const int32_t* ids, int64_t rows, ConstArray table,
                               int64_t vocab_begin, int64_t vocab_rows, int64_t cols,

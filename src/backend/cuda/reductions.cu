@@ -1,4 +1,4 @@
-// Reductions behind gradient clipping and overflow checks. sum_squares accumulates in double
+// Reductions behind gradient clipping, overflow checks and the loss sum. sum_squares accumulates in double
 // in a fixed order (per-thread strides, then block sums into scratch, then one block adds the
 // block sums), so it is deterministic run to run. find_nonfinite only ever writes 1, so its
 // racing stores are benign.
@@ -27,6 +27,14 @@ __global__ void sum_squares_finish_kernel(const double* partials, int64_t count,
   if (threadIdx.x == 0) *result = sum;
 }
 
+// One thread, in index order: the loss sum of a micro-batch (a few thousand rows) is defined
+// as the host's serial double sum, so every backend gives the same bits.
+__global__ void sum_to_double_kernel(const float* x, int64_t n, double* result) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  *result = sum;
+}
+
 __global__ void find_nonfinite_kernel(ConstArray x, int64_t n, int* nonfinite) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
@@ -42,6 +50,10 @@ void launch_sum_squares(ConstArray x, int64_t n, double* scratch, double* result
   const unsigned blocks = grid_for(n) < kSumBlocks ? grid_for(n) : kSumBlocks;
   sum_squares_partial_kernel<<<blocks, kBlockSize, 0, stream>>>(x, n, scratch);
   sum_squares_finish_kernel<<<1, kBlockSize, 0, stream>>>(scratch, blocks, result);
+}
+
+void launch_sum_to_double(const float* x, int64_t n, double* result, cudaStream_t stream) {
+  sum_to_double_kernel<<<1, 1, 0, stream>>>(x, n, result);
 }
 
 void launch_find_nonfinite(ConstArray x, int64_t n, int* nonfinite, cudaStream_t stream) {

@@ -43,7 +43,15 @@ void* SimBackend::do_allocate(size_t bytes) { return arena_.allocate(bytes); }
 // a block handed out again is only touched after the work that used it.
 void SimBackend::do_deallocate(void* ptr, size_t) { arena_.deallocate(ptr); }
 
-void SimBackend::synchronize() { stream_.wait(); }
+void SimBackend::synchronize() {
+  count_host_wait();
+  wait_for_stream();
+}
+
+void SimBackend::wait_for_stream() {
+  if (before_wait_) before_wait_();
+  stream_.wait();
+}
 
 std::unique_ptr<Event> SimBackend::record_event() {
   auto event = std::make_unique<FlagEvent>();
@@ -74,7 +82,7 @@ Tensor SimBackend::kernel_view(const Tensor& t) const {
 
 void SimBackend::run_and_wait(std::function<void()> task) {
   stream_.enqueue(std::move(task));
-  stream_.wait();
+  wait_for_stream();
 }
 
 void SimBackend::copy_from_host_kernel(const Tensor& dst, const void* src) {
@@ -108,26 +116,26 @@ void SimBackend::matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& c
 
 void SimBackend::embedding_forward_kernel(const Tensor& ids, const Tensor& table,
                                           const Tensor& out) {
-  run_and_wait([this, ids = kernel_view(ids), table = kernel_view(table), out = kernel_view(out)] {
+  run([this, ids = kernel_view(ids), table = kernel_view(table), out = kernel_view(out)] {
     ops_.embedding_forward(ids, table, out);
   });
 }
 
 void SimBackend::embedding_backward_kernel(const Tensor& ids, const Tensor& dout,
                                            const Tensor& dtable) {
-  run_and_wait([this, ids = kernel_view(ids), dout = kernel_view(dout),
+  run([this, ids = kernel_view(ids), dout = kernel_view(dout),
                 dtable = kernel_view(dtable)] { ops_.embedding_backward(ids, dout, dtable); });
 }
 
 void SimBackend::embedding_shard_forward_kernel(const Tensor& ids, const Tensor& table,
                                                 const Tensor& out, int64_t begin) {
-  run_and_wait([this, ids = kernel_view(ids), table = kernel_view(table), out = kernel_view(out),
+  run([this, ids = kernel_view(ids), table = kernel_view(table), out = kernel_view(out),
                 begin] { ops_.embedding_shard_forward(ids, table, out, begin); });
 }
 
 void SimBackend::embedding_shard_backward_kernel(const Tensor& ids, const Tensor& dout,
                                                  const Tensor& dtable, int64_t begin) {
-  run_and_wait([this, ids = kernel_view(ids), dout = kernel_view(dout),
+  run([this, ids = kernel_view(ids), dout = kernel_view(dout),
                 dtable = kernel_view(dtable),
                 begin] { ops_.embedding_shard_backward(ids, dout, dtable, begin); });
 }
@@ -138,12 +146,24 @@ void SimBackend::rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, c
        rstd = kernel_view(rstd), eps] { ops_.rmsnorm_forward(x, weight, out, rstd, eps); });
 }
 
+void SimBackend::add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                            const Tensor& weight, const Tensor& out,
+                                            const Tensor& rstd, float eps) {
+  run([this, a = kernel_view(a), b = kernel_view(b), sum = kernel_view(sum),
+       weight = kernel_view(weight), out = kernel_view(out), rstd = kernel_view(rstd), eps] {
+    ops_.add_rmsnorm_forward(a, b, sum, weight, out, rstd, eps);
+  });
+}
+
 void SimBackend::rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x,
                                          const Tensor& weight, const Tensor& rstd,
-                                         const Tensor& dx, const Tensor& dweight) {
+                                         const Tensor& dx, const Tensor& dweight,
+                                         const Tensor* dx_copy) {
+  const Tensor copy = dx_copy ? kernel_view(*dx_copy) : Tensor();
   run([this, dout = kernel_view(dout), x = kernel_view(x), weight = kernel_view(weight),
-       rstd = kernel_view(rstd), dx = kernel_view(dx), dweight = kernel_view(dweight)] {
-    ops_.rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
+       rstd = kernel_view(rstd), dx = kernel_view(dx), dweight = kernel_view(dweight), copy,
+       has_copy = dx_copy != nullptr] {
+    ops_.rmsnorm_backward(dout, x, weight, rstd, dx, dweight, has_copy ? &copy : nullptr);
   });
 }
 
@@ -164,6 +184,7 @@ void SimBackend::attention_forward_kernel(const Tensor& q, const Tensor& k, cons
                                           const AttentionParams& params) {
   // The document ids travel by value; the task points its own params at them.
   const Tensor doc_ids = params.doc_ids ? kernel_view(*params.doc_ids) : Tensor();
+  ++queued_attention_forward_;
   run([this, q = kernel_view(q), k = kernel_view(k), v = kernel_view(v), out = kernel_view(out),
        lse = kernel_view(lse), params, doc_ids] {
     AttentionParams local = params;
@@ -177,6 +198,7 @@ void SimBackend::attention_backward_kernel(const Tensor& dout, const Tensor& q, 
                                            const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                            const AttentionParams& params) {
   const Tensor doc_ids = params.doc_ids ? kernel_view(*params.doc_ids) : Tensor();
+  ++queued_attention_backward_;
   run([this, dout = kernel_view(dout), q = kernel_view(q), k = kernel_view(k),
        v = kernel_view(v), out = kernel_view(out), lse = kernel_view(lse), dq = kernel_view(dq),
        dk = kernel_view(dk), dv = kernel_view(dv), params, doc_ids] {
@@ -235,7 +257,7 @@ void SimBackend::cross_entropy_kernel(const Tensor& logits, const Tensor& target
                                       float grad_scale) {
   const Tensor mask = loss_mask ? kernel_view(*loss_mask) : Tensor();
   const Tensor grad = dlogits ? kernel_view(*dlogits) : Tensor();
-  run_and_wait([this, logits = kernel_view(logits), targets = kernel_view(targets), mask, grad,
+  run([this, logits = kernel_view(logits), targets = kernel_view(targets), mask, grad,
                 has_mask = loss_mask != nullptr, has_grad = dlogits != nullptr, ignore_index,
                 losses = kernel_view(losses), grad_scale] {
     ops_.cross_entropy(logits, targets, has_mask ? &mask : nullptr, ignore_index, losses,
@@ -246,7 +268,7 @@ void SimBackend::cross_entropy_kernel(const Tensor& logits, const Tensor& target
 void SimBackend::cross_entropy_shard_stats_kernel(const Tensor& logits, const Tensor& targets,
                                                   int ignore_index, int64_t begin,
                                                   const Tensor& stats) {
-  run_and_wait([this, logits = kernel_view(logits), targets = kernel_view(targets), ignore_index,
+  run([this, logits = kernel_view(logits), targets = kernel_view(targets), ignore_index,
                 begin, stats = kernel_view(stats)] {
     ops_.cross_entropy_shard_stats(logits, targets, ignore_index, begin, stats);
   });
@@ -257,7 +279,7 @@ void SimBackend::cross_entropy_shard_backward_kernel(const Tensor& logits, const
                                                      int64_t begin, const Tensor& lse,
                                                      const Tensor& dlogits, float grad_scale) {
   const Tensor mask = loss_mask ? kernel_view(*loss_mask) : Tensor();
-  run_and_wait([this, logits = kernel_view(logits), targets = kernel_view(targets), mask,
+  run([this, logits = kernel_view(logits), targets = kernel_view(targets), mask,
                 has_mask = loss_mask != nullptr, ignore_index, begin, lse = kernel_view(lse),
                 dlogits = kernel_view(dlogits), grad_scale] {
     ops_.cross_entropy_shard_backward(logits, targets, has_mask ? &mask : nullptr, ignore_index,
@@ -265,14 +287,22 @@ void SimBackend::cross_entropy_shard_backward_kernel(const Tensor& logits, const
   });
 }
 
-void SimBackend::adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m,
-                                   const Tensor& v, const AdamWParams& params,
-                                   const Tensor* param_copy) {
-  const Tensor copy = param_copy ? kernel_view(*param_copy) : Tensor();
-  run([this, param = kernel_view(param), grad = kernel_view(grad), m = kernel_view(m),
-       v = kernel_view(v), params, copy, has_copy = param_copy != nullptr] {
-    ops_.adamw_step(param, grad, m, v, params, has_copy ? &copy : nullptr);
-  });
+void SimBackend::adamw_step_kernel(std::span<const AdamWTensors> sets,
+                                   const AdamWParams& params) {
+  // One task for the whole step, as one multi-tensor launch on a device.
+  std::vector<AdamWTensors> views(sets.begin(), sets.end());
+  for (AdamWTensors& set : views) {
+    set.param = kernel_view(set.param);
+    set.grad = kernel_view(set.grad);
+    set.m = kernel_view(set.m);
+    set.v = kernel_view(set.v);
+    if (set.param_copy.defined()) set.param_copy = kernel_view(set.param_copy);
+  }
+  run([this, views = std::move(views), params] { ops_.adamw_step(views, params); });
+}
+
+void SimBackend::sum_to_double_kernel(const Tensor& x, const Tensor& result) {
+  run([this, x = kernel_view(x), result = kernel_view(result)] { ops_.sum_to_double(x, result); });
 }
 
 double SimBackend::sum_squares_kernel(const Tensor& x) {

@@ -4,9 +4,9 @@
 // therefore bit-identical to `--backend cpu`, while the device paths of the engine (copies,
 // synchronisation, memory limits) behave as on an accelerator: a host read of device memory
 // faults, a missing wait is a real race, and exceeding ANVIL_SIM_MEMORY is an out-of-memory
-// error. Ops whose kernels check tensor data (ids, targets) wait for their kernel so the error
-// reaches the caller at the call, as on CUDA; any other kernel failure surfaces at the next
-// synchronisation point (copy_to_host, sum_squares, all_finite, synchronize).
+// error. No op waits for its kernel except those that return a host value (sum_squares,
+// all_finite); a kernel failure surfaces at the next synchronisation point (copy_to_host,
+// sum_squares, all_finite, synchronize), and every such wait is counted (host_waits()).
 #pragma once
 
 #include <atomic>
@@ -55,6 +55,14 @@ class SimBackend final : public Backend {
   size_t blocking_reads_for_test() const { return blocking_reads_.load(); }
   // Returns the number of queued or running tasks (test-only, racy by nature).
   size_t pending_for_test() const { return stream_.pending(); }
+  // Calls `hook` on the host thread just before each blocking wait on the stream (test-only:
+  // with the stream held, it sees everything the host queued before it first had to wait).
+  void set_before_wait_for_test(std::function<void()> hook) { before_wait_ = std::move(hook); }
+  // Returns how many attention_forward and attention_backward ops have been queued so far
+  // (test-only: each layer's forward queues one, its backward one).
+  std::pair<int64_t, int64_t> queued_attention_for_test() const {
+    return {queued_attention_forward_.load(), queued_attention_backward_.load()};
+  }
 
  protected:
   void* do_allocate(size_t bytes) override;
@@ -75,9 +83,12 @@ class SimBackend final : public Backend {
                                        const Tensor& dtable, int64_t begin) override;
   void rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, const Tensor& out,
                               const Tensor& rstd, float eps) override;
+  void add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
+                                  const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                                  float eps) override;
   void rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                               const Tensor& rstd, const Tensor& dx,
-                               const Tensor& dweight) override;
+                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                               const Tensor* dx_copy) override;
   void rope_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& positions,
                            const RopeParams& params) override;
   void rope_backward_kernel(const Tensor& dout, const Tensor& dx, const Tensor& positions,
@@ -109,9 +120,9 @@ class SimBackend final : public Backend {
                                            const Tensor* loss_mask, int ignore_index,
                                            int64_t begin, const Tensor& lse,
                                            const Tensor& dlogits, float grad_scale) override;
-  void adamw_step_kernel(const Tensor& param, const Tensor& grad, const Tensor& m,
-                         const Tensor& v, const AdamWParams& params,
-                         const Tensor* param_copy) override;
+  void adamw_step_kernel(std::span<const AdamWTensors> sets,
+                         const AdamWParams& params) override;
+  void sum_to_double_kernel(const Tensor& x, const Tensor& result) override;
   double sum_squares_kernel(const Tensor& x) override;
   bool all_finite_kernel(const Tensor& x) override;
   void accumulate_exact_squares_kernel(const Tensor& x, const Tensor& counters) override;
@@ -122,6 +133,8 @@ class SimBackend final : public Backend {
   // Queues a task; run_and_wait also waits for it, rethrowing its failure.
   void run(std::function<void()> task) { stream_.enqueue(std::move(task)); }
   void run_and_wait(std::function<void()> task);
+  // Waits for every task queued so far (calling the test hook first).
+  void wait_for_stream();
 
   // The optimized kernels' scratch (widened GEMM operands, row buffers): device memory of
   // this backend, counted as its workspace and bounded by its capacity, handed to the kernels
@@ -142,6 +155,9 @@ class SimBackend final : public Backend {
   sim::SimArena arena_;
   std::atomic<size_t> host_transfers_{0};
   std::atomic<size_t> blocking_reads_{0};
+  std::atomic<int64_t> queued_attention_forward_{0};
+  std::atomic<int64_t> queued_attention_backward_{0};
+  std::function<void()> before_wait_;
   KernelScratch scratch_{*this};
   // Used only by the stream's worker thread (OptimizedOps is not thread-safe).
   cpu_opt::OptimizedOps ops_{scratch_};

@@ -9,15 +9,10 @@
 #include <cstdint>
 
 #include "backend/attention_mask.h"
+#include "backend/op_rules.h"
 #include "core/dtype.h"
 
 namespace anvil::cpu_opt {
-
-// The f32 scalars of one AdamW step, rounded exactly as the reference rounds them.
-struct AdamWCoefficients {
-  float grad_scale, decay, beta1, beta2, one_minus_beta1, one_minus_beta2;
-  float neg_step_size, bias_correction2_sqrt, eps;
-};
 
 struct RmsnormArgs {
   const void* x;      // (N, C), x_dtype
@@ -134,7 +129,7 @@ struct Kernels {
                           void* dup, DType dtype, int64_t n);
   // One AdamW step over n elements; copy (copy_dtype) receives the new parameter when non-null.
   void (*adamw)(float* param, const float* grad, float* m, float* v,
-                const AdamWCoefficients& coefficients, void* copy, DType copy_dtype, int64_t n);
+                const AdamWScalars& coefficients, void* copy, DType copy_dtype, int64_t n);
   // Rows [begin, end) of rmsnorm forward: out, rstd.
   void (*rmsnorm_forward)(const RmsnormArgs& args, int64_t begin, int64_t end);
   // Rows [begin, end) of rmsnorm backward: dx +=, dweight_partial (C) += this range's share.

@@ -96,29 +96,22 @@ void OptimizedOps::swiglu_backward(const Tensor& dout, const Tensor& gate, const
   });
 }
 
-void OptimizedOps::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                              const Tensor& v, const AdamWParams& params,
-                              const Tensor* param_copy) {
-  // The scalar coefficients exactly as cpu_ref::adamw_step rounds them (see adamw.cpp there).
-  const double lr = params.lr, beta1 = params.beta1, beta2 = params.beta2;
-  const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(params.step));
-  const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(params.step));
-  AdamWCoefficients k;
-  k.grad_scale = params.grad_scale;
-  k.decay = static_cast<float>(1.0 - lr * params.weight_decay);
-  k.beta1 = params.beta1;
-  k.beta2 = params.beta2;
-  k.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  k.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  k.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  k.eps = params.eps;
-  const DType copy_dtype = param_copy ? param_copy->dtype : DType::f32;
-  parallel_ranges(param.numel(), kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
-    kernels_.adamw(param.f32() + begin, grad.f32() + begin, m.f32() + begin, v.f32() + begin, k,
-                   param_copy ? offset(param_copy->data, copy_dtype, begin) : nullptr, copy_dtype,
-                   end - begin);
-  });
+void OptimizedOps::adamw_step(std::span<const AdamWTensors> sets, const AdamWParams& params) {
+  for (const AdamWTensors& set : sets) {
+    const AdamWScalars k = adamw_scalars(params, set.weight_decay);
+    const bool has_copy = set.param_copy.defined();
+    const DType copy_dtype = has_copy ? set.param_copy.dtype : DType::f32;
+    parallel_ranges(set.param.numel(), kElementGrain, [&](int64_t, int64_t begin, int64_t end) {
+      kernels_.adamw(set.param.f32() + begin, set.grad.f32() + begin, set.m.f32() + begin,
+                     set.v.f32() + begin, k,
+                     has_copy ? offset(set.param_copy.data, copy_dtype, begin) : nullptr,
+                     copy_dtype, end - begin);
+    });
+  }
+}
+
+void OptimizedOps::sum_to_double(const Tensor& x, const Tensor& result) {
+  cpu_ref::sum_to_double(x, result);  // a serial sum in element order is the definition
 }
 
 }  // namespace anvil::cpu_opt

@@ -1,13 +1,13 @@
 // OptimizedOps: the "cpu" backend's op implementations. GEMMs go to oneDNN or OpenBLAS,
 // whichever goes with the kernel table (gemm.h); every other op (its arguments checked by
-// Backend; ids and targets here, with the reference's messages) splits rows across OpenMP
-// threads and runs the SIMD kernel table chosen for this CPU (isa.h); f32, bf16 and f16
-// storage alike, f16 GEMM operands widened to f32. Cases the kernels do not cover (mixed
-// dtypes within SwiGLU, positions beyond the RoPE table, empty matrices) run the reference
-// loops, which define the same results. Scratch (attention tiles, rmsnorm weight-gradient
-// partials, cross-entropy rows) is owned here and only grows, so a steady training step
-// allocates nothing; it comes from the backend's allocator, counted as workspace. Not
-// thread-safe: one caller at a time.
+// Backend) splits rows across OpenMP threads and runs the SIMD kernel table chosen for this
+// CPU (isa.h); f32, bf16 and f16 storage alike, f16 GEMM operands widened to f32. Ids and
+// targets are checked by the caller: a bad one reads as a zero row or an ignored target, as
+// in the reference. Cases the kernels do not cover (mixed dtypes within SwiGLU, positions
+// beyond the RoPE table, empty matrices) run the reference loops, which define the same
+// results. Scratch (attention tiles, rmsnorm weight-gradient partials, cross-entropy rows) is
+// owned here and only grows, so a steady training step allocates nothing; it comes from the
+// backend's allocator, counted as workspace. Not thread-safe: one caller at a time.
 #pragma once
 
 
@@ -44,8 +44,12 @@ class OptimizedOps {
                                 int64_t begin);
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out,
                        const Tensor& rstd, float eps);
+  void add_rmsnorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum,
+                           const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                           float eps);
   void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight);
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                        const Tensor* dx_copy);
   void rope_forward(const Tensor& x, const Tensor& out, const Tensor& positions,
                     const RopeParams& params);
   void rope_backward(const Tensor& dout, const Tensor& dx, const Tensor& positions,
@@ -73,8 +77,8 @@ class OptimizedOps {
   void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
                                     const Tensor* loss_mask, int ignore_index, int64_t begin,
                                     const Tensor& lse, const Tensor& dlogits, float grad_scale);
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWParams& params, const Tensor* param_copy);
+  void adamw_step(std::span<const AdamWTensors> sets, const AdamWParams& params);
+  void sum_to_double(const Tensor& x, const Tensor& result);
   double sum_squares(const Tensor& x);
   bool all_finite(const Tensor& x);
 

@@ -9,38 +9,31 @@
 //   denom = sqrt(v) / f32(sqrt(1 - b2^t)) + eps
 //   p = p + f32(-lr / (1 - b1^t)) * m / denom  param.addcdiv_(exp_avg, denom, value=-step_size)
 // PyTorch's vectorized kernels may fuse a multiply-add, so single elements can differ by an ulp.
+// The f32 scalars come from op_rules.h's adamw_scalars, shared by every backend.
 #include <cmath>
 
 #include "backend/cpu/reference/reference_ops.h"
+#include "backend/op_rules.h"
 #include "backend/cpu/reference/tensor_io.h"
-#include "core/error.h"
 
 namespace anvil::cpu_ref {
 
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                const AdamWParams& params, const Tensor* param_copy) {
-  const double lr = params.lr, beta1 = params.beta1, beta2 = params.beta2;
-  const float decay = static_cast<float>(1.0 - lr * params.weight_decay);
-  const float b1 = params.beta1, b2 = params.beta2;
-  const float one_minus_b1 = static_cast<float>(1.0 - beta1);
-  const float one_minus_b2 = static_cast<float>(1.0 - beta2);
-  const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(params.step));
-  const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(params.step));
-  const float neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-
-  float* p = param.f32();
-  const float* gr = grad.f32();
-  float* mm = m.f32();
-  float* vv = v.f32();
-  for (int64_t i = 0; i < param.numel(); ++i) {
-    const float g = gr[i] * params.grad_scale;
-    p[i] = p[i] * decay;
-    mm[i] = mm[i] * b1 + g * one_minus_b1;
-    vv[i] = vv[i] * b2 + one_minus_b2 * g * g;
-    const float denom = std::sqrt(vv[i]) / bias_correction2_sqrt + params.eps;
-    p[i] = p[i] + neg_step_size * mm[i] / denom;
-    if (param_copy) store_float(*param_copy, i, p[i]);
+void adamw_step(std::span<const AdamWTensors> sets, const AdamWParams& params) {
+  for (const AdamWTensors& set : sets) {
+    const AdamWScalars k = adamw_scalars(params, set.weight_decay);
+    float* p = set.param.f32();
+    const float* gr = set.grad.f32();
+    float* mm = set.m.f32();
+    float* vv = set.v.f32();
+    for (int64_t i = 0; i < set.param.numel(); ++i) {
+      const float g = gr[i] * k.grad_scale;
+      p[i] = p[i] * k.decay;
+      mm[i] = mm[i] * k.beta1 + g * k.one_minus_beta1;
+      vv[i] = vv[i] * k.beta2 + k.one_minus_beta2 * g * g;
+      const float denom = std::sqrt(vv[i]) / k.bias_correction2_sqrt + k.eps;
+      p[i] = p[i] + k.neg_step_size * mm[i] / denom;
+      if (set.param_copy.defined()) store_float(set.param_copy, i, p[i]);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,9 +37,14 @@ void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tenso
 // out = weight * (x * rstd) with rstd = 1 / sqrt(mean(x^2) + eps), as Hugging Face computes it.
 void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out, const Tensor& rstd,
                      float eps);
-// dx += rstd * (g - x * rstd^2 * mean(g * x)) with g = dout * weight; dweight += sum dout*x*rstd.
+// sum = a + b (as add), then rmsnorm_forward of sum: the definition of the fused op.
+void add_rmsnorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum,
+                         const Tensor& weight, const Tensor& out, const Tensor& rstd, float eps);
+// dx += rstd * (g - x * rstd^2 * mean(g * x)) with g = dout * weight; dweight += sum dout*x*rstd;
+// dx_copy (when given) = the updated dx in its own dtype.
 void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight);
+                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                      const Tensor* dx_copy);
 
 // Returns the D/2 inverse frequencies RoPE uses for head_dim D, computed in f32 step by step as
 // Hugging Face transformers does (default and "llama3" rope types), so angles match PyTorch.
@@ -101,10 +107,12 @@ void cross_entropy_shard_backward(const Tensor& logits, const Tensor& targets,
                                   const Tensor* loss_mask, int ignore_index, int64_t begin,
                                   const Tensor& lse, const Tensor& dlogits, float grad_scale);
 
-// torch.optim.AdamW's single-tensor step, with its order of f32 operations (see adamw.cpp).
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                const AdamWParams& params, const Tensor* param_copy);
+// torch.optim.AdamW's single-tensor step, with its order of f32 operations (see adamw.cpp),
+// on each set in turn.
+void adamw_step(std::span<const AdamWTensors> sets, const AdamWParams& params);
 
+// Writes the sum of x (f32), added in element order in double, into result (u32 (2)).
+void sum_to_double(const Tensor& x, const Tensor& result);
 // Returns sum(x^2) accumulated in double, in element order.
 double sum_squares(const Tensor& x);
 // Returns false when any element is NaN or infinite.

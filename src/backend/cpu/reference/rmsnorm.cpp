@@ -1,6 +1,8 @@
 // Reference RMSNorm (no mean subtraction, no bias), forward and backward. Statistics are f32
 // values with double sums; the forward multiplies in Hugging Face's order, weight * (x * rstd),
-// so f32 results match LlamaRMSNorm. The backward accumulates (+=) into dx and dweight.
+// so f32 results match LlamaRMSNorm. The backward accumulates (+=) into dx and dweight. The
+// fused forms (residual add before the norm, dx's compute-dtype copy after it) are defined as
+// the separate ops in sequence, so the fused kernels of other backends equal them bit for bit.
 #include <cmath>
 
 #include "backend/cpu/reference/reference_ops.h"
@@ -26,8 +28,16 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& out, c
   }
 }
 
+void add_rmsnorm_forward(const Tensor& a, const Tensor& b, const Tensor& sum,
+                         const Tensor& weight, const Tensor& out, const Tensor& rstd,
+                         float eps) {
+  add(a, b, sum);
+  rmsnorm_forward(sum, weight, out, rstd, eps);
+}
+
 void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                      const Tensor* dx_copy) {
   const int64_t N = x.shape[0], C = x.shape[1];
   const std::vector<float> w = read_floats(weight);
   std::vector<double> dweight_sum(static_cast<size_t>(C), 0.0);
@@ -45,6 +55,8 @@ void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
       dweight_sum[c] += static_cast<double>(g[c]) * (xr[c] * r);
     }
     write_floats(dx, n * C, C, dxr.data());
+    // The copy rounds what dx holds now (dx may itself be a rounded dtype).
+    if (dx_copy) write_floats(*dx_copy, n * C, C, read_floats(dx, n * C, C).data());
   }
   for (int64_t c = 0; c < C; ++c)
     dweight.f32()[c] += static_cast<float>(dweight_sum[c]);
