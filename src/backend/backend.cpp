@@ -16,6 +16,7 @@
 #include "backend/op_rules.h"
 #include "backend/worker_stream.h"
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace anvil {
 namespace {
@@ -184,6 +185,24 @@ void Backend::copy_to_host(void* dst, const Tensor& src) {
 std::unique_ptr<Event> Backend::record_event() {
   synchronize();
   return FlagEvent::completed();
+}
+
+namespace {
+
+// A timing event stamped when it was made.
+class StampedEvent final : public TimingEvent {
+ public:
+  explicit StampedEvent(int64_t time_ns) : time_ns_(time_ns) {}
+  int64_t device_time_ns() override { return time_ns_; }
+
+ private:
+  int64_t time_ns_;
+};
+
+}  // namespace
+
+std::unique_ptr<TimingEvent> Backend::record_timing_event() {
+  return std::make_unique<StampedEvent>(TraceRecorder::now_ns());
 }
 
 std::unique_ptr<Stream> Backend::create_stream() { return std::make_unique<WorkerStream>(*this); }

@@ -111,6 +111,16 @@ class Event {
   virtual void synchronize() const = 0;
 };
 
+// A point in the compute stream's work stamped with the time the device reached it (profiling:
+// spans of device time, backend/device_trace.h). Recording one never blocks the host.
+class TimingEvent {
+ public:
+  virtual ~TimingEvent() = default;
+  // Returns when the device reached the event, on the trace's clock (steady-clock
+  // nanoseconds, TraceRecorder::now_ns); blocks until it has.
+  virtual int64_t device_time_ns() = 0;
+};
+
 // A second queue of device work beside the compute stream every op runs on (a communication
 // stream): tasks run in FIFO order, concurrently with the compute stream.
 class Stream {
@@ -169,6 +179,9 @@ class Backend : public Allocator {
   // synchronizes and returns an event that has completed (free where ops finish before they
   // return, as on cpu).
   virtual std::unique_ptr<Event> record_event();
+  // Returns a timing event at this point of the compute stream. The default stamps the host
+  // clock now: where ops finish before they return (cpu), that is when the device gets there.
+  virtual std::unique_ptr<TimingEvent> record_timing_event();
   // Makes every op issued after this call wait until `event` (of any stream of this backend)
   // has completed. The default waits on the host, which is the same for synchronous ops.
   virtual void wait_event(const Event& event) { event.synchronize(); }

@@ -97,16 +97,22 @@ void ModelActivations::carve(Arena& arena, const LlamaConfig& config, int max_ba
   const Tensor& d_residual_f32 = split ? sp_full : scratch.d_residual;
   scratch.d_residual_compute = f32_model ? d_residual_f32 : act(n * c);
   scratch.d_norm_out = f32(n * c);
-  scratch.d_attn_out = act(n * q_dim);
-  scratch.dq = act(n * q_dim);
-  scratch.dk = act(n * kv_dim);
-  scratch.dv = act(n * kv_dim);
-  scratch.d_swiglu = act(n * f);
-  scratch.d_gate = act(n * f);
-  scratch.d_up = act(n * f);
+  // The head runs before any layer's backward and leaves nothing in its logits chunk, so the
+  // chunk shares its bytes with the layers' backward scratch (which the head never touches:
+  // it uses d_norm_out and d_residual, carved above).
+  arena.overlay(
+      [&](Arena&) {
+        scratch.d_attn_out = act(n * q_dim);
+        scratch.dq = act(n * q_dim);
+        scratch.dk = act(n * kv_dim);
+        scratch.dv = act(n * kv_dim);
+        scratch.d_swiglu = act(n * f);
+        scratch.d_gate = act(n * f);
+        scratch.d_up = act(n * f);
+      },
+      [&](Arena&) { logits = act(logits_chunk_rows * config.vocab_size); });
   final_norm_out = act(nl * c);
   final_rstd = f32(nl);
-  logits = act(logits_chunk_rows * config.vocab_size);
   losses = f32(n);
   loss_sum = arena.take(DType::u32, Shape{2});
   tokens = i32(n);

@@ -7,7 +7,8 @@
 // model's compute dtype (f32 or bf16); the residual stream, norm statistics, lse, losses and
 // the gradients flowing down the residual stream are always f32. The head's logits chunk is in
 // the compute dtype: the lm-head GEMM writes it (f32 accumulation) and the fused classifier
-// turns it into dlogits in place, so no f32 copy of bf16 logits exists.
+// turns it into dlogits in place, so no f32 copy of bf16 logits exists; it shares its bytes
+// with the layers' backward scratch (d_attn_out .. d_up), whose lives never meet it.
 #pragma once
 
 #include <cstdint>

@@ -37,6 +37,18 @@ class Arena {
 
   // Returns the next view of `shape`, aligned to kAlignment bytes (null data while measuring).
   Tensor take(DType dtype, Shape shape);
+  // Carves `first(arena)` and `second(arena)` over the same bytes and moves past the larger:
+  // for buffers whose lives never meet (the head's logits chunk and the layers' backward
+  // scratch, say), so the arena holds the larger of the two, not their sum.
+  template <typename First, typename Second>
+  void overlay(First&& first, Second&& second) {
+    const size_t start = offset_;
+    first(*this);
+    const size_t first_end = offset_;
+    offset_ = start;
+    second(*this);
+    if (first_end > offset_) offset_ = first_end;
+  }
   // Returns the bytes the arena holds.
   size_t bytes() const { return buffer_.bytes(); }
 

@@ -7,6 +7,7 @@
 // residual gradient's compute-dtype copy for the layer below (block_context.h).
 #include "model/attention_block.h"
 
+#include "backend/device_trace.h"
 #include "model/context_parallel.h"
 #include "model/linear.h"
 
@@ -61,12 +62,14 @@ void attention_output_forward(const BlockContext& ctx, const LayerWeights& w, co
 void attention_block_forward(const BlockContext& ctx, int layer, const LayerWeights& w,
                              const Tensor& x, LayerActivations& a, const LoraLayerStep* lora) {
   attention_qkv_forward(ctx, w, x, a, lora);
+  DeviceSpan device(*ctx.backend, "attention forward");
   if (ctx.cp.enabled()) {
     cp_attention_forward(*ctx.backend, ctx.cp, *ctx.cp_scratch, a.q, a.k, a.v, a.attn_out,
                          a.attn_lse, ctx.attention(layer));
   } else {
     ctx.backend->attention_forward(a.q, a.k, a.v, a.attn_out, a.attn_lse, ctx.attention(layer));
   }
+  device.end();
   attention_output_forward(ctx, w, x, a, lora);
 }
 
@@ -80,6 +83,7 @@ void attention_block_backward(const BlockContext& ctx, int layer, const LayerWei
   weight_grad(backend, d_resid_mid, a.attn_out, g.wo);
   if (lora) lora_backward(*lora, LoraTarget::o_proj, a.attn_out, d_resid_mid, s.d_attn_out);
   // attention: dq, dk, dv =; then undo the rotation in place.
+  DeviceSpan device(backend, "attention backward");
   if (ctx.cp.enabled()) {
     cp_attention_backward(backend, ctx.cp, *ctx.cp_scratch, s.d_attn_out, a.q, a.k, a.v,
                           a.attn_out, a.attn_lse, s.dq, s.dk, s.dv, ctx.attention(layer));
@@ -87,6 +91,7 @@ void attention_block_backward(const BlockContext& ctx, int layer, const LayerWei
     backend.attention_backward(s.d_attn_out, a.q, a.k, a.v, a.attn_out, a.attn_lse, s.dq, s.dk,
                                s.dv, ctx.attention(layer));
   }
+  device.end();
   backend.rope_backward(s.dq, s.dq, ctx.positions, ctx.rope);
   backend.rope_backward(s.dk, s.dk, ctx.positions, ctx.rope);
   if (ctx.config->attention_bias && g.bq.defined()) {

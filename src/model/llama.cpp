@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/op_rules.h"
 #include "core/counter_hash.h"
 #include "core/error.h"
 #include "model/attention_block.h"
@@ -33,17 +34,16 @@ Tensor on_device(Backend& backend, const Tensor& t, const Tensor& staging) {
   return dst;
 }
 
-// Ids and targets are checked here, on the host, before they are uploaded: a device kernel
-// never reads them back to check (backend.h), and under tensor parallelism no rank sees the
+// Ids and targets are checked here, on the host, before they are uploaded (op_rules.h): a
+// device kernel never reads them back to check, and under tensor parallelism no rank sees the
 // whole vocabulary. Inputs already on the device are the caller's to check.
-void check_vocabulary_range(const Tensor& ids, const char* what, int64_t vocab,
-                            bool allow_ignore) {
-  if (!ids.device.is_cpu()) return;
-  const int32_t* id = ids.i32();
-  for (int64_t i = 0; i < ids.numel(); ++i) {
-    ANVIL_CHECK((allow_ignore && id[i] == kIgnoreIndex) || (id[i] >= 0 && id[i] < vocab),
-                "[model] {} {} out of range [0, {}) at position {}", what, id[i], vocab, i);
-  }
+void check_token_ids(const Tensor& ids, int64_t vocab) {
+  if (ids.device.is_cpu()) anvil::check_token_ids("model", ids.i32(), ids.numel(), vocab);
+}
+
+void check_targets(const Tensor& targets, int64_t vocab) {
+  if (targets.device.is_cpu())
+    anvil::check_targets("model", targets.i32(), targets.numel(), vocab, kIgnoreIndex);
 }
 
 void check_batch_tensor(const Tensor& t, const Shape& shape, DType dtype, const char* what) {
@@ -248,7 +248,7 @@ StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
   ANVIL_CHECK(dims.seq >= 1 && dims.seq <= options_.max_seq,
               "[model] sequence length {} outside 1..max_seq ({})", dims.seq, options_.max_seq);
   const Shape bt{dims.batch, dims.seq};
-  check_vocabulary_range(tokens, "token id", full_config_.vocab_size, false);
+  check_token_ids(tokens, full_config_.vocab_size);
   ANVIL_CHECK(!options_.tp.splits_sequence() || dims.rows() % options_.tp.size == 0,
               "[model] sequence parallelism splits the {} x {} = {} positions of a batch over {} "
               "tp ranks, which does not divide them",
@@ -256,7 +256,7 @@ StepDims LlamaModel::prepare_inputs(const Tensor& tokens, const Tensor* targets,
   tokens_view_ = on_device(*backend_, tokens, acts_.tokens);
   if (targets) {
     check_batch_tensor(*targets, bt, DType::i32, "targets");
-    check_vocabulary_range(*targets, "target", full_config_.vocab_size, true);
+    check_targets(*targets, full_config_.vocab_size);
     targets_view_ = on_device(*backend_, *targets, acts_.targets);
   }
   mask_view_ = Tensor();

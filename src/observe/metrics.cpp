@@ -61,17 +61,17 @@ std::string object_field(const char* name, const std::vector<std::pair<std::stri
 }  // namespace
 
 std::string format_metrics_line(const TrainStepRecord& r) {
+  // The step's machine observations last: its speed, then how it waited on the device.
   return fmt::format(
       "{{\"type\":\"train\",\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},"
-      "\"skipped_steps\":{}{},\"host_waits\":{},\"readback_bytes\":{}{}{},"
-      "\"tokens_per_s\":{:.1f}{},\"elapsed_s\":{:.3f}}}",
+      "\"skipped_steps\":{}{}{}{},\"tokens_per_s\":{:.1f}{},\"host_waits\":{},"
+      "\"readback_bytes\":{},\"elapsed_s\":{:.3f}}}",
       r.step, json_number(r.loss), json_number(r.lr), json_number(r.grad_norm), r.tokens,
       r.skipped_steps, r.loss_scale > 0 ? fmt::format(",\"loss_scale\":{}", r.loss_scale) : "",
-      r.host_waits, r.readback_bytes,
       object_field("source_tokens", r.source_tokens), memory_fields(r),
       std::isfinite(r.tokens_per_s) ? r.tokens_per_s : 0.0,
       r.mfu >= 0 && std::isfinite(r.mfu) ? fmt::format(",\"mfu\":{:.4g}", r.mfu) : "",
-      r.elapsed_s);
+      r.host_waits, r.readback_bytes, r.elapsed_s);
 }
 
 std::string format_metrics_line(const WorldChangeRecord& r) {

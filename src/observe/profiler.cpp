@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <map>
+#include <string_view>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -95,6 +97,7 @@ void StepProfiler::before_step(int64_t step, const MeshTraffic& traffic,
 void StepProfiler::after_step(int64_t step, const MeshTraffic& traffic,
                               const MemorySnapshot& memory) {
   if (!open_) return;
+  flush_device_spans();  // waits for the device to reach the step's spans
   record_counters(traffic, memory);
   last_recorded_ = step;
   if (step == window_.last) close();
@@ -122,7 +125,9 @@ void StepProfiler::finish() {
 
 void StepProfiler::close() {
   open_ = false;
+  flush_device_spans();
   const TraceLog log = TraceRecorder::instance().stop();
+  device_totals_ = device_span_totals(log);
   const int rank = world_->rank();
   std::string error;
   try {
@@ -178,7 +183,35 @@ std::vector<std::string> StepProfiler::summary_lines() const {
         overlap >= 0 ? fmt::format("{:.1f}%", overlap * 100.0) : std::string("n/a"),
         milliseconds(s.totals.window_s)));
   }
+  // This rank's device time by span name, costliest first (spans nest: a layer's time holds
+  // its attention's).
+  const size_t shown = std::min<size_t>(device_totals_.size(), kDeviceSpansShown);
+  for (size_t i = 0; i < shown; ++i) {
+    const DeviceSpanTotal& d = device_totals_[i];
+    const double window_s = summaries_[static_cast<size_t>(world_->rank())].totals.window_s;
+    lines.push_back(fmt::format("device time rank {}: {} {} ({} x, {:.1f}% of the window)",
+                                world_->rank(), d.name, milliseconds(d.seconds), d.count,
+                                100.0 * d.seconds / std::max(1e-12, window_s)));
+  }
   return lines;
+}
+
+std::vector<DeviceSpanTotal> device_span_totals(const TraceLog& log) {
+  std::map<std::string, DeviceSpanTotal> by_name;
+  for (const TraceEvent& event : log.events) {
+    if (event.phase != 'X' || std::string_view(event.category) != kTraceDevice) continue;
+    DeviceSpanTotal& total = by_name[event.name];
+    total.name = event.name;
+    total.seconds += static_cast<double>(event.duration_ns) * 1e-9;
+    ++total.count;
+  }
+  std::vector<DeviceSpanTotal> totals;
+  for (auto& [name, total] : by_name) totals.push_back(std::move(total));
+  std::stable_sort(totals.begin(), totals.end(),
+                   [](const DeviceSpanTotal& a, const DeviceSpanTotal& b) {
+                     return a.seconds > b.seconds;
+                   });
+  return totals;
 }
 
 }  // namespace anvil

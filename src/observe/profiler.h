@@ -2,7 +2,9 @@
 // (core/trace.h) of steps A..B, from a barrier before step A to the end of step B, writes it
 // to <run>/trace/rank-RRRRR.json, and world rank 0 merges the ranks into <run>/trace.json (one
 // process track per rank; docs/observability.md "Traces"). Each rank's compute, communication
-// and exposed-communication times are gathered to every rank for the summary. All files are
+// and exposed-communication times are gathered to every rank for the summary. Device time: the
+// device spans (backend/device_trace.h) of each step are read at its end and join the trace on
+// a "device" track; the summary adds this rank's costliest device spans. All files are
 // written atomically; a rank that cannot write its file fails the window on every rank, and a
 // merge that fails leaves no trace.json. Every method is collective over the world and every
 // rank calls it with the same steps.
@@ -16,6 +18,7 @@
 
 #include "comm/communicator.h"
 #include "core/memory_counters.h"
+#include "backend/device_trace.h"
 #include "core/trace.h"
 #include "parallel/mesh.h"
 
@@ -43,6 +46,16 @@ struct TraceRankSummary {
 // overlap (null without communication).
 nlohmann::ordered_json trace_summary_json(const TraceRankSummary& summary);
 
+// Device time of one span name over a window (device spans, backend/device_trace.h).
+struct DeviceSpanTotal {
+  std::string name;
+  double seconds = 0;
+  int64_t count = 0;
+};
+
+// Returns the window's device spans summed by name, costliest first.
+std::vector<DeviceSpanTotal> device_span_totals(const TraceLog& log);
+
 class StepProfiler {
  public:
   StepProfiler(ProfileWindow window, std::filesystem::path run_dir, Communicator& world);
@@ -62,7 +75,10 @@ class StepProfiler {
 
   // Returns every rank's totals once the window has closed (empty before).
   const std::vector<TraceRankSummary>& summaries() const { return summaries_; }
-  // Returns the summary lines: where the trace is, then one line per rank (empty before).
+  // Returns this rank's device time by span name once the window has closed, costliest first.
+  const std::vector<DeviceSpanTotal>& device_totals() const { return device_totals_; }
+  // Returns the summary lines: where the trace is, one line per rank, then this rank's
+  // costliest device spans (empty before).
   std::vector<std::string> summary_lines() const;
   // Returns the merged trace's path.
   std::filesystem::path trace_path() const { return run_dir_ / "trace.json"; }
@@ -82,6 +98,8 @@ class StepProfiler {
   int64_t first_recorded_ = 0;
   int64_t last_recorded_ = 0;
   std::vector<TraceRankSummary> summaries_;
+  std::vector<DeviceSpanTotal> device_totals_;
+  static constexpr size_t kDeviceSpansShown = 8;
 };
 
 }  // namespace anvil

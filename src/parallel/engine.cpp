@@ -318,10 +318,13 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   ExactSquareSum local_squares;
   {
     TraceSpan span("grad norm", kTraceCompute);
+    const DeviceSpan device(model_->backend(), "grad norm");
     add_local_squares(local_squares);
   }
   // The step's one readback: every micro-batch's loss sum and the norm's digit counters.
+  TraceSpan wait_span("read loss and norm", kTraceHostWait);
   const StepResults results = read_step_results();
+  wait_span.end();
   if (!offloaded()) local_squares.add_digit_counters(results.counters);
   // Global micro-batch j = m * world + r: add the sums in that order, as one process would
   // (under context parallelism each micro-batch's sum is itself its cp ranks' partial sums).
@@ -345,6 +348,7 @@ StepReport DataParallelEngine::train_step(std::span<const Batch> micro_batches, 
   }
   {
     TraceSpan span("optimizer step", kTraceCompute);
+    const DeviceSpan device(model_->backend(), "optimizer step");
     span.arg("lr", lr).arg("clip_scale", report.clip_scale);
     optimizer_->step(lr, report.clip_scale / loss_scale);
   }

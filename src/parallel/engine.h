@@ -63,6 +63,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device_trace.h"
 #include "core/exact_square_sum.h"
 #include "model/compute_weights.h"
 #include "model/llama.h"
@@ -403,14 +404,16 @@ class DataParallelEngine final : private GroupHooks {
   // Traces: the model's work on one group, from the hook that hands the group over (its
   // gathers done) to the hook that takes it back, is one "compute" span: "forward layer 3",
   // "backward layer 3", "forward+backward head" (train) or "forward head" (eval).
+  // The same span is recorded in device time too (backend/device_trace.h).
   struct GroupSpan {
     uint64_t session = 0;  // 0: none open
     int64_t begin_ns = 0;
     int group = -1;
-    bool forward = true;
+    std::string name;
+    std::unique_ptr<DeviceSpan> device;
   };
   void open_group_span(int group, bool forward);
-  void close_group_span(int group, bool backward_done);
+  void close_group_span(int group);
 
   // Elements [begin, begin + length) of a group's buffer.
   struct ElementRange {

@@ -44,7 +44,7 @@ void DataParallelEngine::before_forward(int group) {
 }
 
 void DataParallelEngine::after_forward(int group) {
-  close_group_span(group, false);
+  close_group_span(group);
   if (stage_ == 3) release_weights(group);
   poll_reductions(false);
   if (inference_ && group == head_) end_pass();
@@ -62,7 +62,7 @@ void DataParallelEngine::before_backward(int group) {
 }
 
 void DataParallelEngine::after_backward(int group) {
-  close_group_span(group, true);
+  close_group_span(group);
   if (stage_ == 3) release_weights(group);
   if (pass_ == Pass::train) reduce_gradient(group);
   poll_reductions(false);
@@ -73,19 +73,23 @@ void DataParallelEngine::open_group_span(int group, bool forward) {
   if (group_span_.session == 0) return;
   group_span_.begin_ns = TraceRecorder::now_ns();
   group_span_.group = group;
-  group_span_.forward = forward;
-}
-
-void DataParallelEngine::close_group_span(int group, bool backward_done) {
-  if (group_span_.session == 0 || group_span_.group != group) return;
-  const char* kind = !group_span_.forward ? "backward"
-                     : backward_done     ? "forward+backward"
-                                         : "forward";
+  // The head of a training pass runs its forward and backward fused.
+  const char* kind = !forward ? "backward" : group == head_ && pass_ == Pass::train
+                                                 ? "forward+backward"
+                                                 : "forward";
   const std::string label = group == kEmbeddingGroup ? std::string("embedding")
                             : group == head_         ? std::string("head")
                                                      : fmt::format("layer {}", group - 1);
+  group_span_.name = fmt::format("{} {}", kind, label);
+  // The same span in device time: when the device ran the group's work, not when it was queued.
+  group_span_.device = std::make_unique<DeviceSpan>(model_->backend(), group_span_.name);
+}
+
+void DataParallelEngine::close_group_span(int group) {
+  if (group_span_.session == 0 || group_span_.group != group) return;
+  group_span_.device->end();
   TraceEvent event;
-  event.name = fmt::format("{} {}", kind, label);
+  event.name = std::move(group_span_.name);
   event.category = kTraceCompute;
   event.begin_ns = group_span_.begin_ns;
   event.duration_ns = TraceRecorder::now_ns() - group_span_.begin_ns;

@@ -256,9 +256,11 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
                  bool overlapped, bool estimate = false) {
     if (bytes > 0) out.push_back({axis, what, kind, ranks, bytes, overlapped, estimate});
   };
-  // The token count (one word per rank) and the loss sums (one double per micro-batch).
-  add("data", "token count and loss sums", Kind::all_gather, data_world,
-      int64_t{data_world} * 8 * (1 + m), false);
+  // The token count (one word per rank) and the loss sums (one double per micro-batch); a
+  // world of one exchanges no host values (parallel/collectives.h).
+  if (data_world > 1)
+    add("data", "token count and loss sums", Kind::all_gather, data_world,
+        int64_t{data_world} * 8 * (1 + m), false);
   if (zero_stage <= 1) {
     // Fast: the micro-steps accumulate locally and the last one reduces.
     const int64_t reductions = fast ? 1 : m;

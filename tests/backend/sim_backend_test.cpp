@@ -166,18 +166,23 @@ TEST(SimBackend, KernelFailuresSurfaceAtTheNextSynchronisation) {
   sim.enqueue_for_test([] { ANVIL_FAIL("[test] kernel failed"); });
   EXPECT_EQ(error_message([&] { sim.synchronize(); }), "[test] kernel failed");
   EXPECT_NO_THROW(sim.synchronize());  // reported once
-  // Ops that check tensor data report at the call itself.
-  Buffer table(sim, 4 * 4 * sizeof(float), MemoryCategory::workspace);
-  Buffer ids(sim, sizeof(int32_t), MemoryCategory::workspace);
-  Buffer out(sim, 4 * sizeof(float), MemoryCategory::workspace);
-  const int32_t bad = 9;
-  sim.copy_from_host(ids.as(DType::i32, Shape{1}), &bad);
-  EXPECT_NE(error_message([&] {
-              sim.embedding_forward(ids.as(DType::i32, Shape{1}),
-                                    table.as(DType::f32, Shape{4, 4}),
-                                    out.as(DType::f32, Shape{1, 4}));
-            }).find("[embedding] token id 9 out of range [0, 4)"),
-            std::string::npos);
+}
+
+TEST(SimBackend, CountsEveryBlockingWaitAndTheBytesReadBack) {
+  SimBackend sim(1 << 20);
+  Buffer buffer(sim, 64 * sizeof(float), MemoryCategory::workspace);
+  const Tensor t = buffer.as(DType::f32, Shape{64});
+  const HostWaits before = sim.host_waits();
+  sim.fill_zero(t);
+  sim.scale(t, 2.0f);
+  EXPECT_EQ((sim.host_waits() - before).waits, 0) << "queued ops never wait";
+  std::vector<float> host(64);
+  sim.copy_to_host(host.data(), t);
+  sim.synchronize();
+  (void)sim.sum_squares(t);
+  const HostWaits after = sim.host_waits() - before;
+  EXPECT_EQ(after.waits, 3);
+  EXPECT_EQ(after.readback_bytes, int64_t{64 * sizeof(float)} + int64_t{sizeof(double)});
 }
 
 }  // namespace

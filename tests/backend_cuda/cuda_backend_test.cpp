@@ -282,27 +282,21 @@ TEST_F(CudaBackendTest, BadShardIdsAndTargetsThrowLikeTheReference) {
   }
 }
 
-TEST_F(CudaBackendTest, BadIdsAndTargetsThrowLikeTheReference) {
+// Ids and targets are checked on the host before upload (backend.h); the kernels never read
+// them back, and must treat a bad one safely: a zero row, an ignored target.
+TEST_F(CudaBackendTest, BadIdsAndTargetsAreZeroRowsAndIgnoredTargets) {
   const Tensor table = make(*cuda_, DType::f32, Shape{5, 4}, pattern(20, 1));
   const Tensor out = make(*cuda_, DType::f32, Shape{3, 4}, pattern(12, 2));
-  try {
-    cuda_->embedding_forward(make_ids(*cuda_, {0, 7, 1}), table, out);
-    FAIL() << "expected a bad-id error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "[embedding] token id 7 out of range [0, 5) at position 1");
-  }
+  const HostWaits before = cuda_->host_waits();
+  cuda_->embedding_forward(make_ids(*cuda_, {0, 7, 1}), table, out);
+  EXPECT_EQ((cuda_->host_waits() - before).waits, 0) << "no readback to validate ids";
+  const std::vector<float> rows = read(*cuda_, out);
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(rows[4 + c], 0.0f);
   const Tensor logits = make(*cuda_, DType::f32, Shape{3, 5}, pattern(15, 3));
-  const Tensor losses = make(*cuda_, DType::f32, Shape{3}, {0, 0, 0});
-  EXPECT_NO_THROW(cuda_->cross_entropy(logits, make_ids(*cuda_, {-100, 4, 0}), nullptr, -100,
-                                       losses, nullptr, 1.0f));
-  try {
-    cuda_->cross_entropy(logits, make_ids(*cuda_, {1, -100, 5}), nullptr, -100, losses, nullptr,
-                         1.0f);
-    FAIL() << "expected a bad-target error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "[cross_entropy] target 5 out of range [0, 5) at row 2 (ignore_index is -100)");
-  }
+  const Tensor losses = make(*cuda_, DType::f32, Shape{3}, {1, 1, 1});
+  cuda_->cross_entropy(logits, make_ids(*cuda_, {1, -100, 5}), nullptr, -100, losses, nullptr,
+                       1.0f);
+  EXPECT_EQ(read(*cuda_, losses)[2], 0.0f) << "a bad target counts as ignored";
 }
 
 TEST_F(CudaBackendTest, AdamWAndDropoutEqualTheCpuBitForBit) {

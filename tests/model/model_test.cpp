@@ -1,6 +1,7 @@
 // LlamaModel behaviour beyond the golden values: GQA equals MHA with repeated kv heads, the
 // document mask acts only across boundaries, masked tokens carry no gradient, gradients
 // accumulate across calls, hooks fire in the documented order, and bad inputs fail clearly.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -306,6 +307,26 @@ TEST(ModelTest, RejectsBadOptionsAndInputs) {
 
 // Long-context training rests on this: the activation arena is a + b * T in the sequence length
 // T (no (T, T) scores, the loss chunked by rows), with and without activation checkpointing.
+// On a device backend the kernels never read ids back to check them: the model checks its
+// host inputs before uploading them, so a bad id or target is one error line at the call and
+// the host never waits on the device for it.
+TEST(ModelTest, BadIdsAreRefusedOnTheHost) {
+  auto backend = make_backend("sim");
+  const LlamaConfig c = tiny_config();
+  LlamaModel model(c, *backend, options_for());
+  HostBatch bad_token(kBatch, kSeq, c.vocab_size, 1);
+  bad_token.tokens[5] = c.vocab_size + 3;
+  const HostWaits before = backend->host_waits();
+  expect_error([&] { model.forward_backward(bad_token.batch(), 1.0f); },
+               fmt::format("[model] token id {} out of range [0, {}) at position 5",
+                           c.vocab_size + 3, c.vocab_size));
+  HostBatch bad_target(kBatch, kSeq, c.vocab_size, 1);
+  bad_target.targets[2] = -7;
+  expect_error([&] { model.forward_backward(bad_target.batch(), 1.0f); },
+               fmt::format("[model] target -7 out of range [0, {}) at row 2", c.vocab_size));
+  EXPECT_EQ((backend->host_waits() - before).waits, 0);
+}
+
 TEST(ModelTest, ActivationArenaGrowsLinearlyWithTheSequence) {
   auto backend = make_backend("cpu");
   LlamaConfig config = tiny_config();

@@ -29,7 +29,7 @@ TEST(MetricsTest, LinesUseRoundTripNumbersWithTimeFieldsLast) {
   EXPECT_EQ(format_metrics_line(record),
             "{\"type\":\"train\",\"step\":7,\"loss\":0.30000000000000004,\"lr\":0.0003,"
             "\"grad_norm\":1.5,\"tokens\":1024,\"skipped_steps\":0,\"tokens_per_s\":12345.7,"
-            "\"elapsed_s\":2.500}");
+            "\"host_waits\":0,\"readback_bytes\":0,\"elapsed_s\":2.500}");
   const EvalRecord eval{10, 2.0, 7.38905609893065, 4096, 1.25};
   EXPECT_EQ(format_metrics_line(eval),
             "{\"type\":\"eval\",\"step\":10,\"loss\":2,\"ppl\":7.38905609893065,\"tokens\":4096,"
@@ -145,6 +145,7 @@ TEST(MetricsTest, MfuIsAWallClockFieldWrittenWhenKnown) {
   EXPECT_EQ(format_metrics_line(record).find("mfu"), std::string::npos);
   record.mfu = 0.123456;
   EXPECT_NE(format_metrics_line(record).find(",\"tokens_per_s\":1000.0,\"mfu\":0.1235,"
+                                             "\"host_waits\":0,\"readback_bytes\":0,"
                                              "\"elapsed_s\":1.500}"),
             std::string::npos)
       << format_metrics_line(record);

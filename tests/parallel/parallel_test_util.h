@@ -323,7 +323,10 @@ inline MemoryByCategory expected_setup_memory(const RunSpec& spec, LlamaModel& m
                                                      spec.grad_accum > 1 ? 2 : 1);
   at(MemoryCategory::optimizer_state) = optimizer;
   at(MemoryCategory::activations) = static_cast<int64_t>(model.activation_bytes());
-  at(MemoryCategory::workspace) = spec.offload ? 0 : kExactCounterCount * sizeof(uint64_t);
+  // The step's results read back once a step: a double loss sum per micro-batch and, without
+  // offload, the gradient norm's 21 digit counters.
+  at(MemoryCategory::workspace) = spec.grad_accum * int64_t{sizeof(double)} +
+                                  (spec.offload ? 0 : kExactCounterCount * sizeof(uint64_t));
   // Stage 3: weight slots (1 + prefetch of the layers' size, and the outer ones), gradient
   // slots (2 of the layers' size and the outer ones), and with several micro-batches a
   // running-sum slot.

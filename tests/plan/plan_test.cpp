@@ -20,6 +20,13 @@
 namespace anvil {
 namespace {
 
+// Returns the step's results a rank holds in workspace: a loss sum per micro-batch and,
+// without offload, the gradient norm's counters (DataParallelEngine::step_result_bytes).
+int64_t step_results(const TrainConfig& config) {
+  return DataParallelEngine::step_result_bytes(config.training.grad_accum,
+                                               config.parallel.offload);
+}
+
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 TrainConfig load_preset(const std::string& name) {
@@ -131,7 +138,8 @@ Arch arch_of(const TrainConfig& config) {
 }
 
 // The activation arena of ModelActivations::carve in bf16 for N rows with `sets` saved
-// layer sets (one under activation checkpointing), logits in chunks of 2^23 / V rows.
+// layer sets (one under activation checkpointing): the head's bf16 logits chunk (at least 1024
+// rows, more while within 2^23 elements) overlays the layers' backward scratch.
 int64_t bf16_arena(const Arch& a, int64_t n, int64_t sets) {
   auto f32 = [](int64_t elements) { return round256(4 * elements); };
   auto act = [](int64_t elements) { return round256(2 * elements); };
@@ -139,11 +147,14 @@ int64_t bf16_arena(const Arch& a, int64_t n, int64_t sets) {
   const int64_t layer = act(n * C) + f32(n) + act(n * a.q()) + 2 * act(n * a.kv()) +
                         act(n * a.q()) + f32(n * a.H) + f32(n * C) + act(n * C) + f32(n) +
                         3 * act(n * F);
-  const int64_t scratch = f32(n * C) + act(n * C) + f32(n * C) + 2 * act(n * a.q()) +
-                          2 * act(n * a.kv()) + 3 * act(n * F);
-  const int64_t chunk = std::min<int64_t>(n, (int64_t{1} << 23) / a.V);
-  const int64_t head = act(n * C) + f32(n) + f32(chunk * a.V) + act(chunk * a.V);
-  const int64_t inputs = f32(n) + 5 * f32(n) + act(1);  // losses; tokens .. positions; ones
+  const int64_t chunk =
+      std::min<int64_t>(n, std::max<int64_t>(1024, (int64_t{1} << 23) / a.V));
+  const int64_t backward_scratch = 2 * act(n * a.q()) + 2 * act(n * a.kv()) + 3 * act(n * F);
+  const int64_t scratch = f32(n * C) + act(n * C) + f32(n * C) +
+                          std::max(backward_scratch, act(chunk * a.V));
+  const int64_t head = act(n * C) + f32(n);
+  // losses; its device loss sum; tokens .. positions; ones
+  const int64_t inputs = f32(n) + round256(8) + 5 * f32(n) + act(1);
   return (a.L + 1) * f32(n * C) + sets * layer + scratch + head + inputs;
 }
 
@@ -188,9 +199,9 @@ TEST(PlanReferenceWorkloads, Llama405BLoraOnEightMi300x) {
   EXPECT_EQ(bytes(plan, MemoryCategory::activations),
             bf16_arena(a, n, 1) + 4 * round256(2 * n * r) + round256(2 * n * r) +
                 round256(4 * a.C));
-  // bf16 copies of the adapters (the bf16 base computes as it is), the norm's counters.
+  // bf16 copies of the adapters (the bf16 base computes as it is), the step's results.
   EXPECT_EQ(bytes(plan, MemoryCategory::workspace),
-            2 * a.L * adapters + DataParallelEngine::kNormCounterBytes);
+            2 * a.L * adapters + step_results(config));
   EXPECT_TRUE(plan.fits);
   EXPECT_EQ(plan.trainable, a.L * (4 * r * a.C + r * a.q() + 2 * r * a.kv() + r * a.C));
 }
@@ -226,8 +237,9 @@ TEST(PlanReferenceWorkloads, Llama2SevenBZero3OffloadOnEight64GbDevices) {
   // is smaller), and one slot of the f32 embedding table (larger than a bf16 layer); two f32
   // gradient slots of a layer, which the embedding and head share (both smaller than a layer),
   // the receive buffers of as many reduce-scatters (two slices each), as many staging slots of
-  // a layer's shard, and every layer's activations (no checkpointing).
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), 0);
+  // a layer's shard, and every layer's activations (no checkpointing). Workspace: only the
+  // step's loss sums (the norm reads the host's gradient copies).
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), step_results(config));
   EXPECT_GT(4 * padded(a.embedding_group(), 8), bf16_layer_slot(a, 8, 8));
   EXPECT_LT(padded(a.head_group(), 8), padded(a.layer_group(), 8));
   const int64_t gradient_slots = 2 * 4 * padded(a.layer_group(), 8);
@@ -261,8 +273,8 @@ TEST(PlanReferenceWorkloads, Llama405BFullTrainingOn512H100FitsIn40GiB) {
                            {"training.activation_checkpointing", "true"},
                            {"training.seq_len", "8192"}, {"model.max_seq_len", "8192"}});
   const Plan plan = make_plan(config, settings_for("h100", 512));
-  // No bf16 copy of the tp shard: the gradient norm's counters only.
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), DataParallelEngine::kNormCounterBytes);
+  // No bf16 copy of the tp shard: the step's results (loss sums, norm counters) only.
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), step_results(config));
   EXPECT_LE(plan.device_total, 40 * kGiB);
 }
 
@@ -277,7 +289,7 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
   EXPECT_EQ(bytes(plan, MemoryCategory::trainable_weights), 4 * a.shards(8));
   EXPECT_EQ(bytes(plan, MemoryCategory::gradients), 4 * a.shards(8));
   EXPECT_EQ(bytes(plan, MemoryCategory::optimizer_state), 8 * a.shards(8));
-  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), DataParallelEngine::kNormCounterBytes);
+  EXPECT_EQ(bytes(plan, MemoryCategory::workspace), step_results(config));
   // The largest group is the 128256 x 4096 untied head; the embedding/head weight slot holds
   // the f32 embedding table (a little smaller than the head in f32, larger than it in bf16).
   EXPECT_EQ(a.largest_padded(8), padded(a.head_group(), 8));
@@ -299,7 +311,7 @@ TEST(PlanReferenceWorkloads, Llama3EightBZero3OnEight64GbDevices) {
   EXPECT_EQ(gathered, 4 * padded(a.embedding_group(), 8) + (a.L + a.L - 2) * layer_gather +
                           head_gather);
   const int64_t total = 16 * a.shards(8) + comm + bf16_arena(a, 4096, a.L) +
-                        DataParallelEngine::kNormCounterBytes;
+                        step_results(config);
   EXPECT_EQ(plan.device_total, total);
   EXPECT_LE(plan.device_total, 42 * kGiB);  // what FSDP2 and DeepSpeed hold, about 39 GiB
   EXPECT_EQ(plan.fits, total <= static_cast<int64_t>(0.95 * 64.0 * kGiB));

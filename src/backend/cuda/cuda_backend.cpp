@@ -54,6 +54,7 @@ CudaBackend::~CudaBackend() {
   // Pending work may still use cached blocks; the allocator frees every block (scalars_, the
   // RoPE tables, anything a caller leaked) when it is destroyed after the GEMM state.
   if (stream_) cudaStreamSynchronize(stream_->get());
+  if (timing_anchor_ != nullptr) cudaEventDestroy(timing_anchor_);
   gemm_.reset();
 }
 
@@ -86,6 +87,46 @@ void CudaBackend::fill_zero_kernel(const Tensor& t) {
 void CudaBackend::synchronize() {
   count_host_wait();
   stream_->synchronize();
+}
+
+// A cudaEvent with timing, read as the trace's clock: the host time at which the device
+// reached the backend's anchor event plus the device time elapsed since (cudaEventElapsedTime).
+class CudaBackend::TimingEventImpl final : public TimingEvent {
+ public:
+  TimingEventImpl(CudaBackend& backend, cudaEvent_t anchor, int64_t anchor_ns)
+      : backend_(backend), anchor_(anchor), anchor_ns_(anchor_ns) {
+    CUDA_CHECK(cudaEventCreate(&event_));
+    CUDA_CHECK(cudaEventRecord(event_, backend.stream()));
+  }
+  ~TimingEventImpl() override { cudaEventDestroy(event_); }
+  int64_t device_time_ns() override {
+    if (cudaEventQuery(event_) == cudaErrorNotReady) backend_.count_host_wait();
+    CUDA_CHECK(cudaEventSynchronize(event_));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, anchor_, event_));
+    return anchor_ns_ + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  }
+
+ private:
+  CudaBackend& backend_;
+  cudaEvent_t anchor_;
+  int64_t anchor_ns_;
+  cudaEvent_t event_ = nullptr;
+};
+
+std::unique_ptr<TimingEvent> CudaBackend::record_timing_event() {
+  // One anchor per profile window: elapsed times stay short (cudaEventElapsedTime is a float
+  // of milliseconds), and reading the anchor's host time costs one wait per window.
+  const uint64_t session = TraceRecorder::instance().session();
+  if (timing_anchor_ == nullptr || timing_session_ != session) {
+    if (timing_anchor_ == nullptr) CUDA_CHECK(cudaEventCreate(&timing_anchor_));
+    CUDA_CHECK(cudaEventRecord(timing_anchor_, stream()));
+    count_host_wait();
+    CUDA_CHECK(cudaEventSynchronize(timing_anchor_));
+    timing_anchor_ns_ = TraceRecorder::now_ns();
+    timing_session_ = session;
+  }
+  return std::make_unique<TimingEventImpl>(*this, timing_anchor_, timing_anchor_ns_);
 }
 
 std::unique_ptr<Event> CudaBackend::record_event() {

@@ -40,6 +40,8 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   // Real cudaEvents on the compute stream; create_stream gives a CudaCopyStream.
   std::unique_ptr<Event> record_event() override;
+  // A timed cudaEvent on the compute stream, read on the trace's clock.
+  std::unique_ptr<TimingEvent> record_timing_event() override;
   void wait_event(const Event& event) override;
   std::unique_ptr<Stream> create_stream() override;
 
@@ -112,6 +114,7 @@ class CudaBackend final : public Backend {
 
  private:
   class DeviceMemory;
+  class TimingEventImpl;
   // Scratch device memory returned to the cache when it goes out of scope (workspace).
   class Scratch;
 
@@ -131,6 +134,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
   // Small device scratch for index checks and reductions (workspace, held for good).
   void* scalars_ = nullptr;
+  // The anchor of the timing events of the current profile window (record_timing_event).
+  cudaEvent_t timing_anchor_ = nullptr;
+  int64_t timing_anchor_ns_ = 0;
+  uint64_t timing_session_ = 0;
   // RoPE inverse frequencies per (head_dim, params), cached for good (workspace).
   std::map<std::pair<int64_t, std::string>, void*> rope_frequencies_;
 };

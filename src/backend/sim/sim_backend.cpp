@@ -12,6 +12,7 @@
 #include "backend/registry.h"
 #include "backend/worker_stream.h"
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace anvil {
 namespace {
@@ -56,6 +57,41 @@ void SimBackend::wait_for_stream() {
 std::unique_ptr<Event> SimBackend::record_event() {
   auto event = std::make_unique<FlagEvent>();
   stream_.enqueue(event->completer(), true);
+  return event;
+}
+
+namespace {
+
+// Stamped by a task of the op stream when the stream reaches it (the simulated device's time).
+class SimTimingEvent final : public TimingEvent {
+ public:
+  explicit SimTimingEvent(SimBackend& backend) : backend_(backend) {}
+  // Returns the task that stamps the event.
+  std::function<void()> stamper() {
+    return [time = time_, complete = flag_.completer()] {
+      time->store(TraceRecorder::now_ns());
+      complete();
+    };
+  }
+  int64_t device_time_ns() override {
+    if (!flag_.done()) {
+      backend_.note_host_wait();
+      flag_.synchronize();
+    }
+    return time_->load();
+  }
+
+ private:
+  SimBackend& backend_;
+  FlagEvent flag_;
+  std::shared_ptr<std::atomic<int64_t>> time_ = std::make_shared<std::atomic<int64_t>>(0);
+};
+
+}  // namespace
+
+std::unique_ptr<TimingEvent> SimBackend::record_timing_event() {
+  auto event = std::make_unique<SimTimingEvent>(*this);
+  stream_.enqueue(event->stamper(), true);
   return event;
 }
 

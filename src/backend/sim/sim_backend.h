@@ -37,11 +37,16 @@ class SimBackend final : public Backend {
   // Events on the op stream; the default create_stream (a worker thread) is the communication
   // stream, reaching device memory at its kernel-view addresses.
   std::unique_ptr<Event> record_event() override;
+  // Stamped when the op stream reaches it (the simulated device's clock is the host's).
+  std::unique_ptr<TimingEvent> record_timing_event() override;
   void wait_event(const Event& event) override;
   void* host_address(const void* device_ptr) const override {
     return arena_.kernel_address(device_ptr);
   }
 
+  // Counts a blocking wait of the host on the op stream made outside the backend's own calls
+  // (a timing event read before the stream reached it).
+  void note_host_wait() { count_host_wait(); }
   // Returns the arena (capacity and use, for tests and descriptions).
   const sim::SimArena& arena() const { return arena_; }
   // Queues a task on the stream behind every op issued so far. Test-only: it lets a test hold

@@ -38,13 +38,15 @@ run_logged() {
   "$@" > "$log" 2>&1 || fail "exit status $? from: $*" "$log"
 }
 
-# Prints a run's metrics.jsonl without the wall-clock fields (tokens_per_s, mfu, elapsed_s)
-# and the measured memory (mem_bytes, mem_peak_bytes, mem_peak), which depends on the mesh and
-# on what the process did before (a resumed run differs), and without the records of a world
+# Prints a run's metrics.jsonl without the wall-clock fields (tokens_per_s, mfu, elapsed_s),
+# the host's waits on the device (host_waits, readback_bytes: they depend on the backend and on
+# offload, not on what is computed) and the measured memory (mem_bytes, mem_peak_bytes,
+# mem_peak), which depends on the mesh and on what the process did before (a resumed run
+# differs), and without the records of a world
 # size change at a resume ({"type":"world",...}), which runs continued on other meshes write
 # and one straight run does not (elastic.sh compares them on their own).
 deterministic_metrics() {
-  sed -E -e 's/,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|elapsed_s)":[-0-9.eE+]+//g' \
+  sed -E -e 's/,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+//g' \
     -e 's/,"mem_peak":\{[^}]*\}//g' -e '/"type":"world"/d' "$1/metrics.jsonl"
 }
 

@@ -59,7 +59,7 @@ size_t host_copies(Backend& backend) {
   return dynamic_cast<SimBackend&>(backend).host_transfers_for_test();
 }
 
-TEST(SimReductionsMpi, AStepCopiesThroughTheHostOnlyWhatTheModelDoesAndTheNormCounters) {
+TEST(SimReductionsMpi, AStepCopiesThroughTheHostOnlyWhatTheModelDoesAndItsResults) {
   Communicator& world = anvil::world();
   for (const SimCase& c : sim_cases()) {
     SCOPED_TRACE(c.name);
@@ -72,17 +72,22 @@ TEST(SimReductionsMpi, AStepCopiesThroughTheHostOnlyWhatTheModelDoesAndTheNormCo
     const size_t step_copies = host_copies(harness.backend()) - before;
     ASSERT_GT(harness.mesh().traffic().data, traffic_before.data) << "no reduction ran";
 
-    // The same micro-batches through a model of its own on another simulated device.
+    // The same micro-batches through a model of its own on another simulated device, each
+    // loss sum left on the device: what the model itself moves is its uploads.
     std::unique_ptr<Backend> device = make_backend("sim");
     LlamaModel bare(c.spec.config(), *device, harness.options());
-    for (const Batch& batch : harness.micro_batches(0)) bare.forward_backward(batch, 1.0f);
+    const Buffer loss_sum(*device, sizeof(double), MemoryCategory::workspace);
+    const Tensor slot = loss_sum.as(DType::u32, Shape{2});
+    for (const Batch& batch : harness.micro_batches(0)) bare.forward_backward(batch, 1.0f, slot);
     const size_t bare_before = host_copies(*device);
-    for (const Batch& batch : harness.micro_batches(1)) bare.forward_backward(batch, 1.0f);
+    for (const Batch& batch : harness.micro_batches(1)) bare.forward_backward(batch, 1.0f, slot);
     const size_t model_copies = host_copies(*device) - bare_before;
 
-    const size_t norm_copies = 1;  // the digit counters, whatever the number of groups
-    EXPECT_EQ(step_copies, model_copies + norm_copies)
-        << "the model copies " << model_copies << ", the gradient norm " << norm_copies;
+    // One read of the step's results: every micro-batch's loss sum and the digit counters,
+    // whatever the number of groups and micro-batches.
+    const size_t result_copies = 1;
+    EXPECT_EQ(step_copies, model_copies + result_copies)
+        << "the model copies " << model_copies << ", the step's results " << result_copies;
   }
 }
 
@@ -92,8 +97,9 @@ size_t blocking_reads(Backend& backend) {
 
 // Stage 3 with optimizer offload: every reduced gradient shard goes to the host, but on the
 // engine's copy stream, so backward is never held up waiting for the device to catch up: a
-// step reads back on the op stream only what the model itself does (the norm then reads the
-// host copies). A copy on the op stream would add one read per group and micro-step.
+// step reads back on the op stream only what the model itself does and its loss sums (the norm
+// then reads the host copies). A copy on the op stream would add one read per group and
+// micro-step.
 TEST(SimReductionsMpi, OffloadedShardsLeaveOnTheCopyStreamNotTheOpStream) {
   Communicator& world = anvil::world();
   for (const bool fast : {false, true}) {
@@ -114,10 +120,13 @@ TEST(SimReductionsMpi, OffloadedShardsLeaveOnTheCopyStreamNotTheOpStream) {
 
     std::unique_ptr<Backend> device = make_backend("sim");
     LlamaModel bare(spec.config(), *device, harness.options());
-    for (const Batch& batch : harness.micro_batches(0)) bare.forward_backward(batch, 1.0f);
+    const Buffer loss_sum(*device, sizeof(double), MemoryCategory::workspace);
+    const Tensor slot = loss_sum.as(DType::u32, Shape{2});
+    for (const Batch& batch : harness.micro_batches(0)) bare.forward_backward(batch, 1.0f, slot);
     const size_t bare_before = blocking_reads(*device);
-    for (const Batch& batch : harness.micro_batches(1)) bare.forward_backward(batch, 1.0f);
-    EXPECT_EQ(step_reads, blocking_reads(*device) - bare_before);
+    for (const Batch& batch : harness.micro_batches(1)) bare.forward_backward(batch, 1.0f, slot);
+    // The model's own reads, plus the step's one read of its loss sums.
+    EXPECT_EQ(step_reads, blocking_reads(*device) - bare_before + 1);
   }
 }
 
