@@ -41,13 +41,17 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
   const std::string unavailable = cuda::device_unavailable_reason();
   ANVIL_CHECK(unavailable.empty(), "[cuda] {}", unavailable);
   CUDA_CHECK(cudaSetDevice(device_index_));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_index_));
   device_memory_ = std::make_unique<DeviceMemory>();
   allocator_ = std::make_unique<cuda::CachingAllocator>(*device_memory_);
   stream_ = std::make_unique<cuda::CudaStream>();
-  staging_ = std::make_unique<cuda::PinnedStaging>(kStagingChunkBytes);
+  staging_ = std::make_unique<cuda::PinnedStaging>(kStagingChunkBytes, host_wait_counter());
   readback_ = std::make_unique<cuda::PinnedBuffer>(kReadbackBytes);
   gemm_ = std::make_unique<cuda::CublasLtGemm>(*this);
   scalars_ = allocate(kReadbackBytes, MemoryCategory::workspace);
+  const size_t counter_bytes = cuda::kRmsnormMaxCounters * sizeof(unsigned);
+  rmsnorm_counters_ = static_cast<unsigned*>(allocate(counter_bytes, MemoryCategory::workspace));
+  CUDA_CHECK(cudaMemsetAsync(rmsnorm_counters_, 0, counter_bytes, stream()));
 }
 
 CudaBackend::~CudaBackend() {
@@ -55,6 +59,18 @@ CudaBackend::~CudaBackend() {
   // RoPE tables, anything a caller leaked) when it is destroyed after the GEMM state.
   if (stream_) cudaStreamSynchronize(stream_->get());
   gemm_.reset();
+}
+
+void* CudaBackend::GrowOnlyScratch::reserve(Allocator& allocator, size_t bytes) {
+  if (bytes > buffer_.bytes()) {
+    buffer_.reset();  // back to the cache first, so the larger block may reuse it
+    buffer_ = Buffer(allocator, bytes, MemoryCategory::workspace);
+  }
+  return buffer_.data();
+}
+
+cuda::HostWaitCounter CudaBackend::host_wait_counter() {
+  return [this] { count_host_wait(); };
 }
 
 void* CudaBackend::do_allocate(size_t bytes) { return allocator_->allocate(bytes); }
@@ -89,14 +105,18 @@ void CudaBackend::synchronize() {
 }
 
 std::unique_ptr<Event> CudaBackend::record_event() {
-  return std::make_unique<cuda::CudaBackendEvent>(stream());
+  return std::make_unique<cuda::CudaBackendEvent>(stream(), host_wait_counter());
+}
+
+std::unique_ptr<cuda::CudaBackendEvent> CudaBackend::record_timing_event() {
+  return cuda::record_timing(stream(), host_wait_counter());
 }
 
 void CudaBackend::wait_event(const Event& event) { cuda::stream_wait_event(stream(), event); }
 
 std::unique_ptr<Stream> CudaBackend::create_stream() {
   CUDA_CHECK(cudaSetDevice(device_index_));
-  return std::make_unique<cuda::CudaCopyStream>();
+  return std::make_unique<cuda::CudaCopyStream>(host_wait_counter());
 }
 
 void CudaBackend::read_back(void* dst, const void* src, size_t bytes) {
@@ -129,9 +149,8 @@ void CudaBackend::matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& 
   };
   if (a.dtype == DType::f32 && c.dtype == DType::bf16) {
     // cuBLASLt has no f32 x f32 -> bf16 GEMM: accumulate into f32 and round once.
-    const Buffer staging(*this, static_cast<size_t>(c.numel()) * sizeof(float),
-                         MemoryCategory::workspace);
-    const Tensor c32 = staging.as(DType::f32, c.shape);
+    const size_t bytes = static_cast<size_t>(c.numel()) * sizeof(float);
+    const Tensor c32(gemm_staging_.reserve(*this, bytes), DType::f32, c.shape, device());
     if (beta != 0.0f) cast(c, c32);
     gemm(c32);
     cast(c32, c);
