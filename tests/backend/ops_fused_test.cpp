@@ -93,7 +93,7 @@ TEST(Ops, AddRmsnormEqualsAddThenRmsnormBitForBit) {
       EXPECT_EQ(bytes_of(*backend, out2), bytes_of(*backend, out1)) << backend->name();
       EXPECT_EQ(bytes_of(*backend, rstd2), bytes_of(*backend, rstd1)) << backend->name();
       std::printf("[ops] add_rmsnorm_forward == add; rmsnorm_forward bit for bit on %s (%s)\n",
-                  backend->name().c_str(), dtype_name(act));
+                  backend->name().c_str(), std::string(dtype_name(act)).c_str());
     }
   }
 }
@@ -123,7 +123,7 @@ TEST(Ops, RmsnormBackwardCopyIsTheUpdatedGradientRounded) {
       EXPECT_EQ(bytes_of(*backend, dw_fused), bytes_of(*backend, dw_plain)) << backend->name();
       EXPECT_EQ(bytes_of(*backend, copy), bytes_of(*backend, cast)) << backend->name();
       std::printf("[ops] rmsnorm_backward dx_copy == cast(dx) bit for bit on %s (%s)\n",
-                  backend->name().c_str(), dtype_name(act));
+                  backend->name().c_str(), std::string(dtype_name(act)).c_str());
     }
   }
 }
