@@ -1,4 +1,6 @@
-// The launch planning of kernel_plan.h: pure host arithmetic.
+// The launch planning of kernel_plan.h: pure host arithmetic on addresses and sizes (no CUDA
+// call), so tests/backend_cuda/kernel_plan_test.cpp checks it on any machine. The AdamW
+// scalars come from op_rules.h, the same function every backend's AdamW uses.
 #include "backend/cuda/kernel_plan.h"
 
 #include <algorithm>

@@ -1,11 +1,11 @@
 // Rotary position embedding (HF rotate-half layout), forward and inverse. A thread takes one
 // token, one pack of 8 frequencies i (of D/2) and up to kHeadsPerThread heads, computes the
 // angles once, and rotates the pairs (x[i], x[i + D/2]) of its heads: both halves are read
-// before either is written, so out may alias in. Storage types are template tags; packs move with 16-byte
-// accesses when D/2 is a multiple of 8 (vector_io.cuh). inv_freq (llama3 scaling included) is
-// computed on the host by the CPU reference's rope_inv_freq and uploaded once per
-// configuration, so angles use identical f32 frequencies; angle = f32(pos) * inv_freq, then
-// cosf/sinf (full-precision, not the __sinf intrinsics).
+// before either is written, so out may alias in. Storage types are template tags; packs move
+// with 16-byte accesses when D/2 is a multiple of 8 (vector_io.cuh). inv_freq (llama3
+// scaling included) is computed on the host by the CPU reference's rope_inv_freq and uploaded
+// once per configuration, so angles use identical f32 frequencies; angle = f32(pos) *
+// inv_freq, then cosf/sinf (full-precision, not the __sinf intrinsics).
 #include "backend/cuda/vector_io.cuh"
 
 namespace anvil::cuda {

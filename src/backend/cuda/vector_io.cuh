@@ -70,7 +70,8 @@ __device__ __forceinline__ float round1(DType dtype, float value) {
   }
 }
 
-// The two 16-bit halves of a 32-bit word as floats (element 2k is the low half: little-endian).
+// Splits a 32-bit word into its two 16-bit halves as floats (element 2k is the low half:
+// little-endian), and packs two floats into one word the other way.
 __device__ __forceinline__ void unpack_bf16x2(uint32_t word, float& low, float& high) {
   low = __uint_as_float(word << 16);
   high = __uint_as_float(word & 0xffff0000u);
