@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The CUDA check for one H200, in one go (under 8 minutes): unpack the carried build
 # dependencies, configure and build with CUDA, run the CUDA op conformance and CUDA/NCCL unit
-# tests, a training smoke test (GPU bf16 vs CPU f32 loss over the first 50 steps), and the
-# benchmark against PyTorch; writes $OUT/gpu_summary.md (paste it into the issue note) and
-# the logs next to it.
+# tests, the kernel micro-benchmark (bench/kernels/cuda_kernel_bench: each kernel at the 1.5B
+# shapes against the copy bandwidth and GEMM ceiling), a training smoke test (GPU bf16 vs CPU
+# f32 loss over the first 50 steps), and the benchmark against PyTorch; writes
+# $OUT/gpu_summary.md (paste it into the issue note) and the logs next to it.
 #
 # Prepare here (network machine):   bash tools/gpu_prepare.sh      # fills .gpu-deps/ (~11 MB)
 # Run on the GPU (the device tool): run(command="bash tools/gpu_check.sh",
 #                                       carry=[".gpu-deps"], timeout_s=600)
 # Options through the environment: GPU_CHECK_BENCH=full|quick|1.5B|off (default full: the 1.5B
 # and the small config; 1.5B: that one alone), GPU_CHECK_IMPLS (gpu_compare.py --impls),
-# GPU_CHECK_TESTS (the test binaries to run, default all three), GPU_CHECK_DEADLINE (seconds
+# GPU_CHECK_TESTS (the test binaries to run, default all three), GPU_CHECK_KERNELS=off (skip
+# the kernel micro-benchmark), GPU_CHECK_DEADLINE (seconds
 # the whole script may take, default 460: the benchmark is cut to fit), GPU_CHECK_JOBS (default:
 # all cores).
 #
@@ -101,9 +103,10 @@ if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_ENABLE_M
 fi
 status_line "configure" "$(grep -o 'anvil summary:.*' "$OUT/configure.log")"
 build_start=$(date +%s)
-# Only what the check runs: the CLI and the three test binaries that touch the device.
+# Only what the check runs: the CLI, the three test binaries that touch the device and the
+# kernel micro-benchmark.
 if ! cmake --build "$build" -j "$jobs" --target anvil test_backend test_backend_cuda \
-    test_comm_nccl >"$OUT/build.log" 2>&1; then
+    test_comm_nccl cuda_kernel_bench >"$OUT/build.log" 2>&1; then
   status_line "build" "FAILED (build.log)"
   grep -E "error|FAILED" "$OUT/build.log" | head -30
   exit 1
@@ -125,6 +128,15 @@ for binary in ${GPU_CHECK_TESTS:-test_backend test_backend_cuda test_comm_nccl};
 done
 grep -h "\[ops\] cuda" "$OUT/test_backend.log" | sort -u | head -3 | sed 's/^/  - /' >>"$summary"
 echo "  - cuda checks printed by the op driver: $(grep -c ' on cuda:' "$OUT/test_backend.log")" >>"$summary"
+
+# ---- 3b. kernel micro-benchmark: every memory-bound kernel, the fused classifier and
+# attention at the 1.5B shapes, with the copy bandwidth and GEMM ceiling of this run.
+if [ "${GPU_CHECK_KERNELS:-on}" != off ]; then
+  timeout 150 "$build/bench/kernels/cuda_kernel_bench" >"$OUT/kernel_bench.md" \
+    2>"$OUT/kernel_bench.log"
+  status_line "kernel micro-benchmark" "exit $? (kernel_bench.md, kernel_bench.log)"
+  { echo; cat "$OUT/kernel_bench.md"; echo; } >>"$summary"
+fi
 
 # ---- 4. training smoke test: the tiny model, 50 steps, synthetic data, same seed.
 smoke_run() {  # name backend dtype

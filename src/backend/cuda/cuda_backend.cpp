@@ -41,21 +41,36 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
   const std::string unavailable = cuda::device_unavailable_reason();
   ANVIL_CHECK(unavailable.empty(), "[cuda] {}", unavailable);
   CUDA_CHECK(cudaSetDevice(device_index_));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_index_));
   device_memory_ = std::make_unique<DeviceMemory>();
   allocator_ = std::make_unique<cuda::CachingAllocator>(*device_memory_);
   stream_ = std::make_unique<cuda::CudaStream>();
-  staging_ = std::make_unique<cuda::PinnedStaging>(kStagingChunkBytes);
+  staging_ = std::make_unique<cuda::PinnedStaging>(kStagingChunkBytes, host_wait_counter());
   readback_ = std::make_unique<cuda::PinnedBuffer>(kReadbackBytes);
   gemm_ = std::make_unique<cuda::CublasLtGemm>(*this);
   scalars_ = allocate(kReadbackBytes, MemoryCategory::workspace);
+  const size_t counter_bytes = cuda::kRmsnormMaxCounters * sizeof(unsigned);
+  rmsnorm_counters_ = static_cast<unsigned*>(allocate(counter_bytes, MemoryCategory::workspace));
+  CUDA_CHECK(cudaMemsetAsync(rmsnorm_counters_, 0, counter_bytes, stream()));
 }
 
 CudaBackend::~CudaBackend() {
   // Pending work may still use cached blocks; the allocator frees every block (scalars_, the
   // RoPE tables, anything a caller leaked) when it is destroyed after the GEMM state.
   if (stream_) cudaStreamSynchronize(stream_->get());
-  if (timing_anchor_ != nullptr) cudaEventDestroy(timing_anchor_);
   gemm_.reset();
+}
+
+void* CudaBackend::GrowOnlyScratch::reserve(Allocator& allocator, size_t bytes) {
+  if (bytes > buffer_.bytes()) {
+    buffer_.reset();  // back to the cache first, so the larger block may reuse it
+    buffer_ = Buffer(allocator, bytes, MemoryCategory::workspace);
+  }
+  return buffer_.data();
+}
+
+cuda::HostWaitCounter CudaBackend::host_wait_counter() {
+  return [this] { count_host_wait(); };
 }
 
 void* CudaBackend::do_allocate(size_t bytes) { return allocator_->allocate(bytes); }
@@ -89,55 +104,58 @@ void CudaBackend::synchronize() {
   stream_->synchronize();
 }
 
-// A cudaEvent with timing, read as the trace's clock: the host time at which the device
-// reached the backend's anchor event plus the device time elapsed since (cudaEventElapsedTime).
+// A timed cudaEvent read on the trace's clock: the host time at which the device reached the
+// window's anchor event plus the device time elapsed since (cuda::elapsed_seconds).
 class CudaBackend::TimingEventImpl final : public TimingEvent {
  public:
-  TimingEventImpl(CudaBackend& backend, cudaEvent_t anchor, int64_t anchor_ns)
-      : backend_(backend), anchor_(anchor), anchor_ns_(anchor_ns) {
-    CUDA_CHECK(cudaEventCreate(&event_));
-    CUDA_CHECK(cudaEventRecord(event_, backend.stream()));
-  }
-  ~TimingEventImpl() override { cudaEventDestroy(event_); }
+  TimingEventImpl(std::shared_ptr<const cuda::CudaBackendEvent> anchor, int64_t anchor_ns,
+                  std::unique_ptr<cuda::CudaBackendEvent> event)
+      : anchor_(std::move(anchor)), anchor_ns_(anchor_ns), event_(std::move(event)) {}
   int64_t device_time_ns() override {
-    if (cudaEventQuery(event_) == cudaErrorNotReady) backend_.count_host_wait();
-    CUDA_CHECK(cudaEventSynchronize(event_));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, anchor_, event_));
-    return anchor_ns_ + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+    // Counts a wait only where the device has not got there yet.
+    const double seconds = event_->done() ? elapsed_now() : cuda::elapsed_seconds(*anchor_, *event_);
+    return anchor_ns_ + static_cast<int64_t>(seconds * 1e9);
   }
 
  private:
-  CudaBackend& backend_;
-  cudaEvent_t anchor_;
+  double elapsed_now() const {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, anchor_->get(), event_->get()));
+    return static_cast<double>(ms) / 1000.0;
+  }
+
+  std::shared_ptr<const cuda::CudaBackendEvent> anchor_;
   int64_t anchor_ns_;
-  cudaEvent_t event_ = nullptr;
+  std::unique_ptr<cuda::CudaBackendEvent> event_;
 };
 
 std::unique_ptr<TimingEvent> CudaBackend::record_timing_event() {
   // One anchor per profile window: elapsed times stay short (cudaEventElapsedTime is a float
   // of milliseconds), and reading the anchor's host time costs one wait per window.
   const uint64_t session = TraceRecorder::instance().session();
-  if (timing_anchor_ == nullptr || timing_session_ != session) {
-    if (timing_anchor_ == nullptr) CUDA_CHECK(cudaEventCreate(&timing_anchor_));
-    CUDA_CHECK(cudaEventRecord(timing_anchor_, stream()));
-    count_host_wait();
-    CUDA_CHECK(cudaEventSynchronize(timing_anchor_));
+  if (!timing_anchor_ || timing_session_ != session) {
+    timing_anchor_ = record_timed_event();
+    timing_anchor_->synchronize();
     timing_anchor_ns_ = TraceRecorder::now_ns();
     timing_session_ = session;
   }
-  return std::make_unique<TimingEventImpl>(*this, timing_anchor_, timing_anchor_ns_);
+  return std::make_unique<TimingEventImpl>(timing_anchor_, timing_anchor_ns_,
+                                           record_timed_event());
 }
 
 std::unique_ptr<Event> CudaBackend::record_event() {
-  return std::make_unique<cuda::CudaBackendEvent>(stream());
+  return std::make_unique<cuda::CudaBackendEvent>(stream(), host_wait_counter());
+}
+
+std::unique_ptr<cuda::CudaBackendEvent> CudaBackend::record_timed_event() {
+  return cuda::record_timing(stream(), host_wait_counter());
 }
 
 void CudaBackend::wait_event(const Event& event) { cuda::stream_wait_event(stream(), event); }
 
 std::unique_ptr<Stream> CudaBackend::create_stream() {
   CUDA_CHECK(cudaSetDevice(device_index_));
-  return std::make_unique<cuda::CudaCopyStream>();
+  return std::make_unique<cuda::CudaCopyStream>(host_wait_counter());
 }
 
 void CudaBackend::read_back(void* dst, const void* src, size_t bytes) {
@@ -170,9 +188,8 @@ void CudaBackend::matmul_kernel(const Tensor& a, const Tensor& b, const Tensor& 
   };
   if (a.dtype == DType::f32 && c.dtype == DType::bf16) {
     // cuBLASLt has no f32 x f32 -> bf16 GEMM: accumulate into f32 and round once.
-    const Buffer staging(*this, static_cast<size_t>(c.numel()) * sizeof(float),
-                         MemoryCategory::workspace);
-    const Tensor c32 = staging.as(DType::f32, c.shape);
+    const size_t bytes = static_cast<size_t>(c.numel()) * sizeof(float);
+    const Tensor c32(gemm_staging_.reserve(*this, bytes), DType::f32, c.shape, device());
     if (beta != 0.0f) cast(c, c32);
     gemm(c32);
     cast(c32, c);

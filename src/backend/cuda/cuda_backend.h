@@ -5,8 +5,11 @@
 // Attention's kernels are attention*.cu (attention.h). Every op's arguments are checked on the
 // host by Backend before anything is launched; ids and targets are checked by the caller before
 // upload, never read back. Only the ops that return a host value (sum_squares, all_finite),
-// copy_to_host and synchronize block the host (each counted in host_waits()); all others
-// return with the work queued.
+// copy_to_host, synchronize, waits on events and copy streams, and an upload that finds its
+// staging chunk in flight block the host (each counted in host_waits()); all others return
+// with the work queued. Per-op scratch (RMSNorm partials, attention backward, GEMM staging,
+// reduction partials) lives in grow-only workspace owned here, so once a training step has
+// run, later steps allocate nothing (source_allocations() stops growing).
 #pragma once
 
 #include <map>
@@ -18,6 +21,7 @@
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_stream.h"
+#include "core/buffer.h"
 
 namespace anvil {
 
@@ -34,6 +38,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_->get(); }
   void* native_stream() const override { return stream(); }
   int64_t source_allocations() const override { return memory_stats().source_allocations; }
+  // Returns the number of SMs of the device (sizes the grids of the one-launch reductions).
+  int sm_count() const { return sm_count_; }
 
   Device device() const override { return Device{DeviceType::cuda, device_index_}; }
 
@@ -44,6 +50,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<TimingEvent> record_timing_event() override;
   void wait_event(const Event& event) override;
   std::unique_ptr<Stream> create_stream() override;
+  // Returns a timed cudaEvent recorded now on the compute stream: the device time between two
+  // of them is cuda::elapsed_seconds(start, end) (the kernel benchmark's timer).
+  std::unique_ptr<cuda::CudaBackendEvent> record_timed_event();
 
  protected:
   void copy_from_host_kernel(const Tensor& dst, const void* src) override;
@@ -115,9 +124,19 @@ class CudaBackend final : public Backend {
  private:
   class DeviceMemory;
   class TimingEventImpl;
-  // Scratch device memory returned to the cache when it goes out of scope (workspace).
-  class Scratch;
+  // Grow-only device scratch: a call that needs more replaces it with a larger block (freed
+  // to the cache, stream-ordered); otherwise the same block serves every call.
+  class GrowOnlyScratch {
+   public:
+    // Returns at least `bytes` of device memory, valid until a later call asks for more.
+    void* reserve(Allocator& allocator, size_t bytes);
 
+   private:
+    Buffer buffer_;
+  };
+
+  // Returns the callback that counts one host wait (for events, streams and staging).
+  cuda::HostWaitCounter host_wait_counter();
   // Returns the device copy of RoPE's inverse frequencies for this head_dim and params.
   const float* rope_frequencies(int64_t head_dim, const RopeParams& params);
   // Copies `bytes` of device memory at `src` into host `dst` after the queued work.
@@ -126,20 +145,28 @@ class CudaBackend final : public Backend {
             const RopeParams& params, float direction);
 
   int device_index_ = 0;
+  int sm_count_ = 1;
   std::unique_ptr<DeviceMemory> device_memory_;
   std::unique_ptr<cuda::CachingAllocator> allocator_;
   std::unique_ptr<cuda::CudaStream> stream_;
   std::unique_ptr<cuda::PinnedStaging> staging_;
   std::unique_ptr<cuda::PinnedBuffer> readback_;
   std::unique_ptr<cuda::CublasLtGemm> gemm_;
-  // Small device scratch for index checks and reductions (workspace, held for good).
+  // Small device scratch for reductions' results (workspace, held for good).
   void* scalars_ = nullptr;
   // The anchor of the timing events of the current profile window (record_timing_event).
-  cudaEvent_t timing_anchor_ = nullptr;
+  std::shared_ptr<const cuda::CudaBackendEvent> timing_anchor_;
   int64_t timing_anchor_ns_ = 0;
   uint64_t timing_session_ = 0;
+  // The RMSNorm backward's ticket counters, zeroed once (each launch leaves them zero).
+  unsigned* rmsnorm_counters_ = nullptr;
   // RoPE inverse frequencies per (head_dim, params), cached for good (workspace).
   std::map<std::pair<int64_t, std::string>, void*> rope_frequencies_;
+  // Per-op workspace (declared after the allocator: released before it).
+  GrowOnlyScratch rmsnorm_scratch_;
+  GrowOnlyScratch attention_scratch_;
+  GrowOnlyScratch gemm_staging_;
+  GrowOnlyScratch reduction_scratch_;
 };
 
 }  // namespace anvil

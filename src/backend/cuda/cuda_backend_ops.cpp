@@ -1,7 +1,7 @@
-// CudaBackend's ops other than matmul: host-side checks (the CPU reference's messages), then
-// one launcher from cuda_ops.h, or the attention kernels of attention.h. Scratch memory comes
-// from the backend's counted allocate() (workspace) and is released right after the launch:
-// the stream orders its reuse after the kernel that used it.
+// CudaBackend's ops other than matmul: one launcher from cuda_ops.h each (Backend has checked
+// the arguments), or the attention kernels of attention.h. Scratch memory comes from the
+// backend's grow-only workspace (GrowOnlyScratch, counted as workspace): the stream orders
+// each reuse after the kernel that used it, and after the first step nothing is allocated.
 #include <cmath>
 
 #include "backend/cpu/reference/reference_ops.h"
@@ -15,16 +15,6 @@ namespace anvil {
 
 using cuda::in;
 using cuda::out;
-
-class CudaBackend::Scratch {
- public:
-  Scratch(CudaBackend& backend, size_t bytes)
-      : buffer_(backend, bytes, MemoryCategory::workspace) {}
-  void* data() const { return buffer_.data(); }
-
- private:
-  Buffer buffer_;
-};
 
 void CudaBackend::embedding_forward_kernel(const Tensor& ids, const Tensor& table,
                                            const Tensor& o) {
@@ -64,8 +54,10 @@ void CudaBackend::rmsnorm_forward_kernel(const Tensor& x, const Tensor& weight, 
 void CudaBackend::add_rmsnorm_forward_kernel(const Tensor& a, const Tensor& b, const Tensor& sum,
                                              const Tensor& weight, const Tensor& o,
                                              const Tensor& rstd, float eps) {
-  add_kernel(a, b, sum);
-  rmsnorm_forward_kernel(sum, weight, o, rstd, eps);
+  const int64_t N = sum.shape[0], C = sum.shape[1];
+  cuda::launch_add_rmsnorm_forward(in(a), in(b), out(sum), in(weight), out(o), rstd.f32(), N, C,
+                                   eps, stream());
+  CUDA_CHECK_LAUNCH("add_rmsnorm_forward");
 }
 
 void CudaBackend::rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -73,11 +65,13 @@ void CudaBackend::rmsnorm_backward_kernel(const Tensor& dout, const Tensor& x, c
                                           const Tensor& dweight, const Tensor* dx_copy) {
   const int64_t N = x.shape[0], C = x.shape[1];
   if (N == 0 || C == 0) return;
-  const Scratch scratch(*this, cuda::rmsnorm_backward_scratch_bytes(N, C));
-  cuda::launch_rmsnorm_backward(in(dout), in(x), in(weight), rstd.f32(), out(dx), dweight.f32(),
-                                N, C, scratch.data(), stream());
+  const cuda::RmsnormBackwardPlan plan = cuda::plan_rmsnorm_backward(N, C, sm_count_);
+  void* workspace = rmsnorm_scratch_.reserve(*this, plan.workspace_bytes());
+  const cuda::MutableArray copy = dx_copy ? out(*dx_copy) : cuda::MutableArray{nullptr, DType::f32};
+  cuda::launch_rmsnorm_backward(in(dout), in(x), in(weight), rstd.f32(), out(dx), copy,
+                                dweight.f32(), N, C, plan, workspace, rmsnorm_counters_,
+                                stream());
   CUDA_CHECK_LAUNCH("rmsnorm_backward");
-  if (dx_copy) cast_kernel(dx, *dx_copy);
 }
 
 const float* CudaBackend::rope_frequencies(int64_t head_dim, const RopeParams& params) {
@@ -125,10 +119,8 @@ void CudaBackend::attention_backward_kernel(const Tensor& dout, const Tensor& q,
                                             const Tensor& v, const Tensor& o, const Tensor& lse,
                                             const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                             const AttentionParams& params) {
-  const size_t workspace_bytes = cuda_attention_backward_workspace(q, k);
-  const Scratch workspace(*this, workspace_bytes);
-  cuda_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, params, workspace.data(),
-                                stream());
+  void* workspace = attention_scratch_.reserve(*this, cuda_attention_backward_workspace(q, k));
+  cuda_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, params, workspace, stream());
   CUDA_CHECK_LAUNCH("attention_backward");
 }
 
@@ -207,11 +199,9 @@ void CudaBackend::cross_entropy_shard_backward_kernel(const Tensor& logits, cons
 
 void CudaBackend::adamw_step_kernel(std::span<const AdamWTensors> sets,
                                     const AdamWParams& params) {
-  for (const AdamWTensors& set : sets) {
-    const cuda::MutableArray copy =
-        set.param_copy.defined() ? out(set.param_copy) : cuda::MutableArray{nullptr, DType::f32};
-    cuda::launch_adamw(set.param.f32(), set.grad.f32(), set.m.f32(), set.v.f32(), copy,
-                       adamw_scalars(params, set.weight_decay), set.param.numel(), stream());
+  // One launch for every set (more only past kAdamWSetsPerLaunch sets).
+  for (const cuda::AdamWLaunch& launch : cuda::plan_adamw_launches(sets, params)) {
+    cuda::launch_adamw(launch, stream());
     CUDA_CHECK_LAUNCH("adamw");
   }
 }
@@ -228,11 +218,11 @@ void CudaBackend::dropout_kernel(const Tensor& x, const Tensor& o, float p, uint
 
 double CudaBackend::sum_squares_kernel(const Tensor& x) {
   if (x.numel() == 0) return 0.0;
-  const Scratch partials(*this,
-                         static_cast<size_t>(cuda::sum_squares_scratch_count()) * sizeof(double));
+  const size_t partial_bytes =
+      static_cast<size_t>(cuda::sum_squares_scratch_count()) * sizeof(double);
+  auto* partials = static_cast<double*>(reduction_scratch_.reserve(*this, partial_bytes));
   auto* result = static_cast<double*>(scalars_);
-  cuda::launch_sum_squares(in(x), x.numel(), static_cast<double*>(partials.data()), result,
-                           stream());
+  cuda::launch_sum_squares(in(x), x.numel(), partials, result, stream());
   CUDA_CHECK_LAUNCH("sum_squares");
   double sum = 0.0;
   read_back(&sum, result, sizeof(sum));

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/kernel_plan.h"
 #include "backend/op_rules.h"
 #include "core/dtype.h"
 
@@ -41,12 +42,18 @@ void launch_embedding_backward(const int32_t* ids, int64_t rows, ConstArray dout
 // out = weight * (x * rstd), rstd (N) = 1/sqrt(mean(x^2) + eps).
 void launch_rmsnorm_forward(ConstArray x, ConstArray weight, MutableArray out, float* rstd,
                             int64_t rows, int64_t cols, float eps, cudaStream_t stream);
-// Returns the device scratch bytes launch_rmsnorm_backward needs.
-size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols);
-// dx += ..., dweight += ... (see cpu reference); scratch holds per-chunk dweight partials.
+// sum = a + b (rounded to sum's dtype; sum may alias a or b), then rmsnorm of sum, one pass.
+void launch_add_rmsnorm_forward(ConstArray a, ConstArray b, MutableArray sum, ConstArray weight,
+                                MutableArray out, float* rstd, int64_t rows, int64_t cols,
+                                float eps, cudaStream_t stream);
+// dx += ..., dweight += ... (see cpu reference) in one launch; dx_copy.data (may be null)
+// receives the updated dx in its dtype. `plan` is plan_rmsnorm_backward(rows, cols, SMs);
+// `workspace` holds plan.workspace_bytes(); `counters` holds plan.groups + 1 u32 that are
+// zero on entry (and are again when the kernel ends).
 void launch_rmsnorm_backward(ConstArray dout, ConstArray x, ConstArray weight, const float* rstd,
-                             MutableArray dx, float* dweight, int64_t rows, int64_t cols,
-                             void* scratch, cudaStream_t stream);
+                             MutableArray dx, MutableArray dx_copy, float* dweight, int64_t rows,
+                             int64_t cols, const RmsnormBackwardPlan& plan, void* workspace,
+                             unsigned* counters, cudaStream_t stream);
 
 // Rotates (B*T, H, D) rows of `in` into `out` by positions (B*T) * inv_freq (D/2);
 // direction -1 applies the inverse rotation. out may alias in.
@@ -91,9 +98,8 @@ void launch_cross_entropy_shard_backward(ConstArray logits, const int32_t* targe
                                          MutableArray dlogits, float grad_scale, int64_t rows,
                                          int64_t vocab, cudaStream_t stream);
 
-// One AdamW step (AdamWScalars: backend/op_rules.h, computed on the host) over n elements; param_copy.data may be null.
-void launch_adamw(float* param, const float* grad, float* m, float* v, MutableArray param_copy,
-                  const AdamWScalars& scalars, int64_t n, cudaStream_t stream);
+// One AdamW step over every set of `launch` (plan_adamw_launches).
+void launch_adamw(const AdamWLaunch& launch, cudaStream_t stream);
 
 // out = x * keep(i) / (1 - p) with core/counter_hash.h's mask; out may alias x.
 void launch_dropout(ConstArray x, MutableArray out, float p, uint64_t seed, int64_t n,

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/error.h"
 
 namespace anvil::cuda {
 
@@ -18,7 +19,9 @@ CudaStream::~CudaStream() {
 
 void CudaStream::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-CudaEvent::CudaEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+CudaEvent::CudaEvent(bool timing) {
+  CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
 
 CudaEvent::~CudaEvent() {
   if (event_) cudaEventDestroy(event_);
@@ -33,6 +36,19 @@ bool CudaEvent::query() const {
   if (status == cudaErrorNotReady) return false;
   CUDA_CHECK(status);
   return true;
+}
+
+std::unique_ptr<CudaBackendEvent> record_timing(cudaStream_t stream, HostWaitCounter on_wait) {
+  return std::make_unique<CudaBackendEvent>(stream, std::move(on_wait), true);
+}
+
+double elapsed_seconds(const CudaBackendEvent& start, const CudaBackendEvent& end) {
+  ANVIL_CHECK(start.timing() && end.timing(),
+              "[cuda] elapsed_seconds needs two timing events (record_timing)");
+  end.synchronize();
+  float milliseconds = 0.0f;
+  CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start.get(), end.get()));
+  return static_cast<double>(milliseconds) / 1000.0;
 }
 
 void stream_wait_event(cudaStream_t stream, const Event& event) {
@@ -60,7 +76,7 @@ void CudaCopyStream::enqueue_host(std::function<void()> task) {
 }
 
 std::unique_ptr<Event> CudaCopyStream::record_event() {
-  return std::make_unique<CudaBackendEvent>(stream_.get());
+  return std::make_unique<CudaBackendEvent>(stream_.get(), on_wait_);
 }
 
 void CudaCopyStream::wait_event(const Event& event) { stream_wait_event(stream_.get(), event); }
@@ -81,9 +97,10 @@ PinnedBuffer::~PinnedBuffer() {
   if (data_) cudaFreeHost(data_);
 }
 
-PinnedStaging::PinnedStaging(size_t chunk_bytes)
+PinnedStaging::PinnedStaging(size_t chunk_bytes, HostWaitCounter on_wait)
     : chunk_bytes_(chunk_bytes),
-      chunks_{PinnedBuffer(chunk_bytes), PinnedBuffer(chunk_bytes)} {}
+      chunks_{PinnedBuffer(chunk_bytes), PinnedBuffer(chunk_bytes)},
+      on_wait_(std::move(on_wait)) {}
 
 void PinnedStaging::to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   auto* out = static_cast<char*>(dst);
@@ -91,7 +108,10 @@ void PinnedStaging::to_device(void* dst, const void* src, size_t bytes, cudaStre
   for (size_t offset = 0, chunk = 0; offset < bytes; offset += chunk_bytes_, ++chunk) {
     const size_t slot = chunk % 2;
     const size_t length = std::min(chunk_bytes_, bytes - offset);
-    done_[slot].synchronize();  // the slot's previous DMA has read it
+    if (!done_[slot].query()) {  // the slot's previous DMA has not read it yet: wait
+      if (on_wait_) on_wait_();
+      done_[slot].synchronize();
+    }
     std::memcpy(chunks_[slot].data(), in + offset, length);
     CUDA_CHECK(cudaMemcpyAsync(out + offset, chunks_[slot].data(), length,
                                cudaMemcpyHostToDevice, stream));
