@@ -2,7 +2,7 @@
 // memory), one non-blocking stream on which every copy and kernel is queued in order (so a
 // block freed to the cache and handed out again is only touched after earlier work), pinned
 // staging for host transfers, cuBLASLt GEMMs, and one kernel file per op (cuda_ops.h).
-// Attention's kernels are attention*.cu (attention.h). Every op checks devices, dtypes and
+// Attention runs on cuDNN, tensor-core or CUDA-core kernels, one per call (attention_route.h). Every op checks devices, dtypes and
 // shapes on the host, with the CPU reference's messages, before anything is launched. Ops
 // that must report bad indices (embedding, cross_entropy, and their vocabulary-shard forms) or
 // return a host value (sum_squares, all_finite) synchronize; all others return with the work
@@ -20,6 +20,10 @@
 #include "backend/cuda/cuda_stream.h"
 
 namespace anvil {
+
+namespace cuda {
+class AttentionRouter;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -132,6 +136,9 @@ class CudaBackend final : public Backend {
   void* scalars_ = nullptr;
   // RoPE inverse frequencies per (head_dim, params), cached for good (workspace).
   std::map<std::pair<int64_t, std::string>, void*> rope_frequencies_;
+  // Attention's path choice, cuDNN plans and workspace; made on the first attention call.
+  // Declared last: destroyed first, while the allocator it returns memory to still exists.
+  std::shared_ptr<cuda::AttentionRouter> attention_;
 };
 
 }  // namespace anvil

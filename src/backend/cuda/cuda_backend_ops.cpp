@@ -1,11 +1,11 @@
 // CudaBackend's ops other than matmul: host-side checks (the CPU reference's messages), then
-// one launcher from cuda_ops.h, or the attention kernels of attention.h. Scratch memory comes
-// from the backend's counted allocate() (workspace) and is released right after the launch:
-// the stream orders its reuse after the kernel that used it.
+// one launcher from cuda_ops.h, or the attention router (attention_route.h). Scratch memory
+// comes from the backend's counted allocate() (workspace) and is released right after the
+// launch: the stream orders its reuse after the kernel that used it.
 #include <cmath>
 
 #include "backend/cpu/reference/reference_ops.h"
-#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_route.h"
 #include "backend/cuda/cuda_arrays.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -125,7 +125,8 @@ void CudaBackend::rope_backward_kernel(const Tensor& dout, const Tensor& dx,
 void CudaBackend::attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& o, const Tensor& lse,
                                            const AttentionParams& params) {
-  cuda_attention_forward(q, k, v, o, lse, params, stream());
+  if (!attention_) attention_ = std::make_shared<cuda::AttentionRouter>(*this);
+  attention_->forward(q, k, v, o, lse, params, stream());
   CUDA_CHECK_LAUNCH("attention_forward");
 }
 
@@ -133,10 +134,8 @@ void CudaBackend::attention_backward_kernel(const Tensor& dout, const Tensor& q,
                                             const Tensor& v, const Tensor& o, const Tensor& lse,
                                             const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                             const AttentionParams& params) {
-  const size_t workspace_bytes = cuda_attention_backward_workspace(q, k);
-  const Scratch workspace(*this, workspace_bytes);
-  cuda_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, params, workspace.data(),
-                                stream());
+  if (!attention_) attention_ = std::make_shared<cuda::AttentionRouter>(*this);
+  attention_->backward(dout, q, k, v, o, lse, dq, dk, dv, params, stream());
   CUDA_CHECK_LAUNCH("attention_backward");
 }
 
