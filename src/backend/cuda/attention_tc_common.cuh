@@ -49,13 +49,13 @@ __device__ __forceinline__ void copy_16_async(void* destination, const void* sou
 }
 
 __device__ __forceinline__ void commit_async_copies() {
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
 // Waits until at most N committed groups of this thread's copies are still in flight.
 template <int N>
 __device__ __forceinline__ void wait_async_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Loads four 8 x 8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
