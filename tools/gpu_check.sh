@@ -6,7 +6,7 @@
 # f32 loss over the first 50 steps), and the benchmark against PyTorch; writes
 # $OUT/gpu_summary.md (paste it into the issue note) and the logs next to it.
 #
-# Prepare here (network machine):   bash tools/gpu_prepare.sh      # fills .gpu-deps/ (~11 MB)
+# Prepare here (network machine):   bash tools/gpu_prepare.sh      # fills .gpu-deps/ (~15 MB)
 # Run on the GPU (the device tool): run(command="bash tools/gpu_check.sh",
 #                                       carry=[".gpu-deps"], timeout_s=600)
 # Options through the environment: GPU_CHECK_BENCH=full|quick|1.5B|off (default full: the 1.5B
@@ -93,10 +93,32 @@ if ! compgen -G "$cuda_lib_dir/libnccl.so*" >/dev/null && ! compgen -G "/usr/lib
 fi
 status_line "nccl" "${nccl_flags[*]:-found beside the CUDA toolkit}"
 
+# cuDNN attention: the frontend's headers are carried (.gpu-deps/cudnn-frontend); cuDNN's own
+# headers come from the toolkit, else from pip's nvidia-cudnn wheel (PyTorch's), else the carried
+# copy; the library is found at run time (ANVIL_CUDNN_PATH is set to the wheel's lib folder when
+# the toolkit has none). anvil runs without it, on its own kernels, if none is found.
+cudnn_flags=()
+[ -f .gpu-deps/cudnn-frontend/include/cudnn_frontend.h ] &&
+  cudnn_flags+=(-DANVIL_CUDNN_FRONTEND_INCLUDE_DIR="$repo/.gpu-deps/cudnn-frontend/include")
+cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
+pip_cudnn=$("$python" -c 'import os, nvidia.cudnn as c; print(os.path.dirname(c.__file__) if c.__file__ else list(c.__path__)[0])' 2>/dev/null)
+if [ ! -f "$cuda_root/include/cudnn_version.h" ]; then
+  if [ -n "$pip_cudnn" ] && [ -f "$pip_cudnn/include/cudnn_version.h" ]; then
+    cudnn_flags+=(-DANVIL_CUDNN_INCLUDE_DIR="$pip_cudnn/include")
+  elif [ -f .gpu-deps/cudnn/include/cudnn_version.h ]; then
+    cudnn_flags+=(-DANVIL_CUDNN_INCLUDE_DIR="$repo/.gpu-deps/cudnn/include")
+  fi
+fi
+if ! compgen -G "$cuda_root/lib64/libcudnn.so.9*" >/dev/null && ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9 &&
+   [ -n "$pip_cudnn" ] && [ -f "$pip_cudnn/lib/libcudnn.so.9" ]; then
+  export ANVIL_CUDNN_PATH=$pip_cudnn/lib
+fi
+status_line "cudnn" "build flags: ${cudnn_flags[*]:-toolkit headers}; library: ${ANVIL_CUDNN_PATH:-toolkit or system search}"
+
 # ---- 2. configure and build (MPI off: one GPU, one rank; the .debs carry no MPI).
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_ENABLE_MPI=OFF \
     -DCMAKE_PREFIX_PATH="$prefix/usr" "${pkg_config_flag[@]}" "${nccl_flags[@]}" \
-    >"$OUT/configure.log" 2>&1; then
+    "${cudnn_flags[@]}" >"$OUT/configure.log" 2>&1; then
   status_line "configure" "FAILED (configure.log)"
   tail -30 "$OUT/configure.log"
   exit 1
@@ -127,6 +149,9 @@ for binary in ${GPU_CHECK_TESTS:-test_backend test_backend_cuda test_comm_nccl};
   grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/$binary.log" | sort -u | head -20 | sed 's/^/  - /' >>"$summary"
 done
 grep -h "\[ops\] cuda" "$OUT/test_backend.log" | sort -u | head -3 | sed 's/^/  - /' >>"$summary"
+# Attention paths forced one by one (tests/backend_cuda/attention_paths_test.cpp), cuDNN's version.
+grep -hE "^\[attention\]|CudaAttentionPaths\.[A-Za-z]+ \(|cuDNN (not loadable|attention unavailable|has no plan)" \
+  "$OUT/test_backend_cuda.log" 2>/dev/null | sort -u | head -12 | sed 's/^/  - /' >>"$summary"
 echo "  - cuda checks printed by the op driver: $(grep -c ' on cuda:' "$OUT/test_backend.log")" >>"$summary"
 
 # ---- 3b. kernel micro-benchmark: every memory-bound kernel, the fused classifier and

@@ -5,6 +5,10 @@
 # GPU session; tools/gpu_check.sh unpacks the folder with `dpkg -x` into a private prefix there.
 # MPI is left out on purpose: the GPU check builds with -DANVIL_ENABLE_MPI=OFF (one GPU, one
 # rank), which keeps the carried folder small. Idempotent: an existing .deb is not fetched again.
+# Also copied, for cuDNN attention: the cuDNN frontend's headers from .deps/venv
+# (scripts/install-deps.sh) into .gpu-deps/cudnn-frontend/include, and this machine's cuDNN 9
+# headers (cudnn*.h of the CUDA toolkit) into .gpu-deps/cudnn/include, used there only when
+# neither the toolkit nor pip's nvidia-cudnn wheel on the GPU machine has its own (~4 MB).
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +33,8 @@ packages=(
 )
 
 mkdir -p "$deps_dir"
-exclude_file="$repo_root/.git/info/exclude"
+exclude_file="$(git -C "$repo_root" rev-parse --git-path info/exclude 2>/dev/null || echo "$repo_root/.git/info/exclude")"
+case "$exclude_file" in /*) ;; *) exclude_file="$repo_root/$exclude_file" ;; esac
 mkdir -p "$(dirname "$exclude_file")"
 if ! grep -qx '/.gpu-deps/' "$exclude_file" 2>/dev/null; then
   echo '/.gpu-deps/' >>"$exclude_file"
@@ -48,4 +53,19 @@ for package in "${packages[@]}"; do
   compgen -G "$deps_dir/${package}_*.deb" >/dev/null ||
     { echo "gpu_prepare: error: $package was not downloaded" >&2; exit 1; }
 done
-echo "gpu_prepare: $(ls "$deps_dir"/*.deb | wc -l) packages, $(du -sh "$deps_dir" | cut -f1) in $deps_dir"
+
+frontend_header=$(compgen -G "$repo_root/.deps/venv/lib/python3*/site-packages/include/cudnn_frontend.h" | head -1 || true)
+if [ -z "$frontend_header" ]; then
+  echo "gpu_prepare: error: no cuDNN frontend headers in .deps/venv (run scripts/install-deps.sh)" >&2
+  exit 1
+fi
+rm -rf "$deps_dir/cudnn-frontend" && mkdir -p "$deps_dir/cudnn-frontend"
+cp -r "$(dirname "$frontend_header")" "$deps_dir/cudnn-frontend/include"
+cuda_include=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/include
+if compgen -G "$cuda_include/cudnn_version.h" >/dev/null; then
+  rm -rf "$deps_dir/cudnn" && mkdir -p "$deps_dir/cudnn/include"
+  cp "$cuda_include"/cudnn*.h "$deps_dir/cudnn/include/"
+else
+  echo "gpu_prepare: warning: no cuDNN headers in $cuda_include; the GPU machine must have its own"
+fi
+echo "gpu_prepare: $(ls "$deps_dir"/*.deb | wc -l) packages and the cuDNN headers, $(du -sh "$deps_dir" | cut -f1) in $deps_dir"

@@ -17,7 +17,6 @@
 namespace anvil::test {
 namespace {
 
-constexpr int64_t kMaxFdCoordinates = 256;
 constexpr double kFdStep = 1e-5;
 
 uint64_t fnv1a(const std::string& text) {
@@ -31,15 +30,15 @@ HostTensor filled(DType dtype, Shape shape, double value) {
 }
 
 // Returns the coordinates whose finite-difference gradient is computed: all of them for small
-// tensors, otherwise the first, the last and a random sample.
-std::vector<int64_t> fd_coordinates(int64_t numel, Rng& rng) {
+// tensors, otherwise the first, the last and a random sample, `limit` in all.
+std::vector<int64_t> fd_coordinates(int64_t numel, int64_t limit, Rng& rng) {
   std::set<int64_t> chosen;
-  if (numel <= kMaxFdCoordinates) {
+  if (numel <= limit) {
     for (int64_t i = 0; i < numel; ++i) chosen.insert(i);
   } else {
     chosen.insert(0);
     chosen.insert(numel - 1);
-    while (static_cast<int64_t>(chosen.size()) < kMaxFdCoordinates)
+    while (static_cast<int64_t>(chosen.size()) < limit)
       chosen.insert(rng.integer(0, numel - 1));
   }
   return {chosen.begin(), chosen.end()};
@@ -325,7 +324,8 @@ void run_op_case(const OpCase& op_case) {
       } else {
         grad_start[name] = filled(grad.dtype, shape, std::numeric_limits<double>::quiet_NaN());
       }
-      std::vector<int64_t> coords = fd_coordinates(shape.numel(), rng);
+      std::vector<int64_t> coords =
+          fd_coordinates(shape.numel(), std::max<int64_t>(2, op_case.max_fd_coordinates), rng);
       std::vector<double> fd(static_cast<size_t>(shape.numel()), 0.0);
       Values perturbed = input_values;
       std::vector<double>& x = perturbed.at(grad.input);
@@ -346,6 +346,10 @@ void run_op_case(const OpCase& op_case) {
 
   const RunResult reference = run_on(reference_backend(), op_case, cotangents, grad_start);
   for (const std::unique_ptr<Backend>& backend : backends_under_test()) {
+    if (!op_case.backends.empty() &&
+        std::find(op_case.backends.begin(), op_case.backends.end(), backend->name()) ==
+            op_case.backends.end())
+      continue;
     if (op_case.compute_dtype_op && !backend->supports_compute_dtype(op_case.dtype)) {
       std::printf("[ops] %s %s %s on %s skipped: the backend has no %s kernels\n",
                   op_case.forward_op.c_str(), op_case.label.c_str(),

@@ -123,6 +123,12 @@ struct OpCase {
   Values fixed_cotangents;
   std::vector<GradSpec> grads;
   std::function<void(Workspace&)> backward;
+  // The backends to run (by name); empty: every available backend. cpu-ref always runs as the
+  // reference.
+  std::vector<std::string> backends;
+  // At most this many coordinates per gradient get a finite-difference check (each costs two
+  // oracle evaluations; the cpu-ref comparison still covers every element).
+  int64_t max_fd_coordinates = 256;
 };
 
 // Runs one case on every compiled backend against cpu-ref, the oracle and finite differences.

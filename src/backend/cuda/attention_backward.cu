@@ -8,7 +8,9 @@
 //      adds dQ = dS K into the f32 workspace with atomicAdd (so dq's last bits may vary from
 //      run to run; dk and dv are deterministic because one block owns each key row);
 //   3. dq = dq_accum converted to dq's dtype.
-// No (T x T) matrix is stored: scores live in 32 x 32 shared tiles.
+// No (T x T) matrix is stored: scores live in 32 x 32 shared tiles. Serves the calls the
+// router (attention_route.h) gives no faster path, as the forward file says; the tensor-core
+// backward (attention_tc_backward.cu) has no atomics.
 #include "backend/cuda/attention.h"
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"

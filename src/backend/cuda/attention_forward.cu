@@ -4,7 +4,10 @@
 // keeps an online softmax (running max and sum per row) and the output rows in registers, and
 // never stores more than a 32 x 32 block of scores. GQA reads kv head h / group in place.
 // Rows with no visible key end with out = 0 and lse = -inf. Also holds the CUDA-specific size
-// checks (Backend checked the rest) shared with the backward pass.
+// checks (Backend checked the rest) shared with the backward pass. The router
+// (attention_route.h) sends here what neither cuDNN nor the tensor-core kernels take: f32 or
+// mixed-dtype tensors, head dims other than 64 and 128, unaligned views, or everything under
+// ANVIL_CUDA_ATTENTION=simt.
 #include <cmath>
 #include <limits>
 

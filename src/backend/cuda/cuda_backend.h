@@ -2,14 +2,15 @@
 // memory), one non-blocking stream on which every copy and kernel is queued in order (so a
 // block freed to the cache and handed out again is only touched after earlier work), pinned
 // staging for host transfers, cuBLASLt GEMMs, and one kernel file per op (cuda_ops.h).
-// Attention's kernels are attention*.cu (attention.h). Every op's arguments are checked on the
-// host by Backend before anything is launched; ids and targets are checked by the caller before
-// upload, never read back. Only the ops that return a host value (sum_squares, all_finite),
-// copy_to_host, synchronize, waits on events and copy streams, and an upload that finds its
-// staging chunk in flight block the host (each counted in host_waits()); all others return
-// with the work queued. Per-op scratch (RMSNorm partials, attention backward, GEMM staging,
-// reduction partials) lives in grow-only workspace owned here, so once a training step has
-// run, later steps allocate nothing (source_allocations() stops growing).
+// Attention runs on cuDNN, tensor-core or CUDA-core kernels, chosen per call
+// (attention_route.h). Every op's arguments are checked on the host by Backend before anything
+// is launched; ids and targets are checked by the caller before upload, never read back. Only
+// the ops that return a host value (sum_squares, all_finite), copy_to_host, synchronize, waits
+// on events and copy streams, and an upload that finds its staging chunk in flight block the
+// host (each counted in host_waits()); all others return with the work queued. Per-op scratch
+// (RMSNorm partials, GEMM staging, reduction partials, attention's workspace) lives in
+// grow-only workspace owned here, so once a training step has run, later steps allocate
+// nothing (source_allocations() stops growing).
 #pragma once
 
 #include <map>
@@ -24,6 +25,10 @@
 #include "core/buffer.h"
 
 namespace anvil {
+
+namespace cuda {
+class AttentionRouter;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -164,9 +169,11 @@ class CudaBackend final : public Backend {
   std::map<std::pair<int64_t, std::string>, void*> rope_frequencies_;
   // Per-op workspace (declared after the allocator: released before it).
   GrowOnlyScratch rmsnorm_scratch_;
-  GrowOnlyScratch attention_scratch_;
   GrowOnlyScratch gemm_staging_;
   GrowOnlyScratch reduction_scratch_;
+  // Attention's path choice, cuDNN plans and grow-only workspace; made on the first attention
+  // call. Declared last: destroyed first, while the allocator it returns memory to still exists.
+  std::shared_ptr<cuda::AttentionRouter> attention_;
 };
 
 }  // namespace anvil

@@ -1,11 +1,12 @@
 // CudaBackend's ops other than matmul: one launcher from cuda_ops.h each (Backend has checked
-// the arguments), or the attention kernels of attention.h. Scratch memory comes from the
-// backend's grow-only workspace (GrowOnlyScratch, counted as workspace): the stream orders
-// each reuse after the kernel that used it, and after the first step nothing is allocated.
+// the arguments), or the attention router (attention_route.h). Scratch memory comes from the
+// backend's grow-only workspace (GrowOnlyScratch, counted as workspace; attention's is the
+// router's): the stream orders each reuse after the kernel that used it, and after the first
+// step nothing is allocated.
 #include <cmath>
 
 #include "backend/cpu/reference/reference_ops.h"
-#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_route.h"
 #include "backend/cuda/cuda_arrays.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -111,7 +112,8 @@ void CudaBackend::rope_backward_kernel(const Tensor& dout, const Tensor& dx,
 void CudaBackend::attention_forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& o, const Tensor& lse,
                                            const AttentionParams& params) {
-  cuda_attention_forward(q, k, v, o, lse, params, stream());
+  if (!attention_) attention_ = std::make_shared<cuda::AttentionRouter>(*this);
+  attention_->forward(q, k, v, o, lse, params, stream());
   CUDA_CHECK_LAUNCH("attention_forward");
 }
 
@@ -119,8 +121,8 @@ void CudaBackend::attention_backward_kernel(const Tensor& dout, const Tensor& q,
                                             const Tensor& v, const Tensor& o, const Tensor& lse,
                                             const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                             const AttentionParams& params) {
-  void* workspace = attention_scratch_.reserve(*this, cuda_attention_backward_workspace(q, k));
-  cuda_attention_backward(dout, q, k, v, o, lse, dq, dk, dv, params, workspace, stream());
+  if (!attention_) attention_ = std::make_shared<cuda::AttentionRouter>(*this);
+  attention_->backward(dout, q, k, v, o, lse, dq, dk, dv, params, stream());
   CUDA_CHECK_LAUNCH("attention_backward");
 }
 
