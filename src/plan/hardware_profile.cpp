@@ -30,15 +30,16 @@ struct Achievable {
   double gemm = 0;
   double attention = 0;
   double memory = 0;
+  const char* source = "";
 };
 // NVIDIA Hopper: bf16 GEMMs measure 677-798 TFLOP/s from 2048^3 to 8192^3 on an H100 SXM
 // (0.68-0.81 of 989.4; docs/gpu.md's benchmark measured 769 and 797 at 8192^3 on the H200),
 // f32 ones 51.9 of 66.9; FlashAttention-3 and cuDNN reach about 500-620 TFLOP/s forward and
 // 450 backward at head size 128 and 2k positions (the FlashAttention-3 paper); device copies
 // reach about 3.0 of the H100's 3.35 TB/s.
-constexpr Achievable kHopper{0.75, 0.45, 0.90};
+constexpr Achievable kHopper{0.75, 0.45, 0.90, "published Hopper measurements, docs/plan.md"};
 // Other accelerators: assumed lower than Hopper's (less mature GEMM and attention libraries).
-constexpr Achievable kAssumed{0.60, 0.35, 0.80};
+constexpr Achievable kAssumed{0.60, 0.35, 0.80, "assumed"};
 // The fixed cost of one kernel on a stream the host keeps queued: CUDA.jl's documentation
 // measures 80 small kernels at 260 us launched one by one (3.3 us each, host-bound) and 70 us
 // as one CUDA graph (0.9 us each); a host that runs ahead sits between the two.
@@ -70,12 +71,11 @@ HardwareProfile accelerator(std::string name, std::string description, int64_t m
   p.devices_per_node = 8;
   p.host_link_gbps = host_link_gbps;
   p.host_memory_gbps = 300;  // two sockets of DDR5 (assumed)
-  const bool hopper = achievable.gemm == kHopper.gemm;
   p.notes = fmt::format("{}; achievable: GEMMs {:.0f}%, attention {:.0f}%, memory {:.0f}% of the "
                         "peaks ({}), {:.0f} us per kernel launch",
                         notes, 100 * achievable.gemm, 100 * achievable.attention,
                         100 * achievable.memory,
-                        hopper ? "published Hopper measurements, docs/plan.md" : "assumed",
+                        achievable.source,
                         kLaunchMicroseconds);
   return p;
 }
