@@ -1,7 +1,8 @@
 // `anvil plan --config X --nproc N [--hardware NAME] [--json] [--fit]`: predicts, without
 // building the model, what a training configuration needs on each device (bytes by memory
 // category, from the engine's own shard plans and arena carve) and how long its step takes
-// on the named hardware; --fit ranks every mesh of N devices at its largest micro-batch.
+// on the named hardware, broken down by op kind (GEMMs, attention, memory-bound kernels,
+// optimizer, communication); --fit ranks every mesh of N devices at its largest micro-batch.
 // Configuration keys are taken exactly as `anvil train` takes them (--section.key=value).
 #include <fmt/format.h>
 
@@ -20,14 +21,17 @@ namespace {
 
 std::string hardware_help() {
   std::string text = "\nHardware profiles (--hardware):\n";
-  text += "  cpu            this machine: the cpu backend's GEMM rate measured at start (or "
-          "--cpu-gflops),\n                 MemTotal and half the memcpy bandwidth (or "
-          "--link-gbps), shared by the ranks\n";
+  text += "  cpu            this machine: the cpu backend's GEMM rate (or --cpu-gflops), "
+          "attention rate,\n                 kernel memory bandwidth (or --memory-gbps) and "
+          "per-op cost measured at start,\n                 MemTotal and half the memcpy "
+          "bandwidth (or --link-gbps), shared by the ranks\n";
   for (const HardwareProfile& p : accelerator_profiles()) {
-    text += fmt::format("  {:<14} {}: {:.0f} GiB, {:.1f} TFLOP/s bf16, {:.1f} f32, links {:.0f} "
-                        "GB/s, host {:.0f} GB/s\n",
+    text += fmt::format("  {:<14} {}: {:.0f} GiB, {:.0f} GB/s; peak {:.1f} TFLOP/s bf16, {:.1f} "
+                        "f32;\n                 reached: GEMMs {:.0f} bf16, attention {:.0f}, "
+                        "memory {:.0f} GB/s; links {:.0f} GB/s, host {:.0f} GB/s\n",
                         p.name, p.description, static_cast<double>(p.memory_bytes) / (1 << 30),
-                        p.bf16_tflops, p.f32_tflops, p.link_gbps, p.host_link_gbps);
+                        p.memory_peak_gbps, p.bf16_tflops, p.f32_tflops, p.gemm_bf16_tflops,
+                        p.attention_bf16_tflops, p.memory_gbps, p.link_gbps, p.host_link_gbps);
   }
   text +=
       "\nWhat is predicted (docs/plan.md has the whole model and its checks against runs):\n"
@@ -39,10 +43,13 @@ std::string hardware_help() {
       "           master and a gradient copy of the rank's shard (what the engine's offload\n"
       "           holds; the device keeps the weights and gradients it computes with).\n"
       "  time     step = max(compute, overlapped communication) + serial communication;\n"
-      "           compute = executed FLOPs (6 N per token plus attention, less a frozen base's\n"
-      "           weight gradients, plus a second forward under activation checkpointing) /\n"
-      "           (peak x --efficiency); each collective's ring bytes over the profile's link\n"
-      "           (network between nodes) x --comm-efficiency.\n";
+      "           compute = the sum over every op of the step (each projection's GEMMs forward\n"
+      "           and backward, attention over the visible pairs, norms, RoPE, SwiGLU, adds,\n"
+      "           casts, the embedding, the head's chunks and classifier, AdamW, the gradient\n"
+      "           norm, recomputation, LoRA's adapters) of max(FLOPs / the GEMM or attention\n"
+      "           rate, bytes / the memory bandwidth) plus a launch cost per kernel; each\n"
+      "           collective's ring bytes over the profile's link (network between nodes) x\n"
+      "           --comm-efficiency. The report breaks the step down by op kind.\n";
   return text;
 }
 
@@ -80,9 +87,11 @@ int run_plan(const std::vector<std::string>& raw_args) {
   bool fit = false;
   std::optional<double> cpu_gflops;
   std::optional<double> link_gbps;
+  std::optional<double> memory_gbps;
+  std::optional<double> attention_tflops;
   app.add_option("--config", config_path, "TOML config, as for anvil train (default: the tiny "
-                                          "preset); configs/ has llama2-7b, llama3-8b, "
-                                          "llama3.1-405b");
+                                          "preset); configs/ has bench-1.5b, llama2-7b, "
+                                          "llama3-8b, llama3.1-405b");
   app.add_option("--model", model_dir,
                  "take the [model] section from a Hugging Face model folder's config.json");
   app.add_option("--nproc", settings.nproc, "devices (ranks) of the job")->capture_default_str();
@@ -92,8 +101,14 @@ int run_plan(const std::vector<std::string>& raw_args) {
                "for every mesh dp x fsdp x tp x cp of --nproc devices, find the largest "
                "micro-batch that fits and rank the meshes by predicted tokens/s");
   app.add_option("--efficiency", settings.efficiency,
-                 "share of the peak FLOP/s a step sustains (default: the profile's, 0.4 for "
-                 "accelerators, 0.6 of the measured GEMM rate for cpu)");
+                 "share of the dense peak FLOP/s that GEMMs reach (default: the profile's, 0.75 "
+                 "on H100 and H200, 0.6 on the other accelerators, 1 of the measured GEMM rate "
+                 "on cpu)");
+  app.add_option("--attention-tflops", attention_tflops,
+                 "TFLOP/s fused attention reaches per device (default: the profile's)");
+  app.add_option("--memory-gbps", memory_gbps,
+                 "GB/s (read + written) memory-bound kernels reach per device (default: the "
+                 "profile's; on cpu all ranks together, instead of measuring it)");
   app.add_option("--comm-efficiency", settings.comm_efficiency,
                  "share of the link bandwidth collectives reach")
       ->capture_default_str();
@@ -117,6 +132,10 @@ int run_plan(const std::vector<std::string>& raw_args) {
   ANVIL_CHECK(settings.comm_efficiency > 0 && settings.comm_efficiency <= 1,
               "[plan] --comm-efficiency must be in (0, 1], got {}", settings.comm_efficiency);
   ANVIL_CHECK(settings.nproc >= 1, "[plan] --nproc must be >= 1, got {}", settings.nproc);
+  ANVIL_CHECK(!attention_tflops || *attention_tflops > 0,
+              "[plan] --attention-tflops must be > 0, got {}", attention_tflops.value_or(0));
+  ANVIL_CHECK(!memory_gbps || *memory_gbps > 0, "[plan] --memory-gbps must be > 0, got {}",
+              memory_gbps.value_or(0));
 
   const TrainConfig config = resolve_config(config_path, model_dir, overrides);
   validate_config(config);
@@ -125,7 +144,13 @@ int run_plan(const std::vector<std::string>& raw_args) {
   cpu.dtype = config.training.dtype;
   cpu.gflops = cpu_gflops;
   cpu.link_gbps = link_gbps;
+  cpu.memory_gbps = memory_gbps;
   settings.hardware = find_hardware_profile(hardware, cpu);
+  if (attention_tflops) {
+    settings.hardware.attention_bf16_tflops = *attention_tflops;
+    settings.hardware.attention_f32_tflops = *attention_tflops;
+  }
+  if (memory_gbps && hardware != "cpu") settings.hardware.memory_gbps = *memory_gbps;
 
   if (fit) {
     const std::vector<Plan> plans = fit_meshes(config, settings);

@@ -170,6 +170,11 @@ class LlamaModel {
   // throws as the constructor would for options it refuses (the collectives behind tp and cp
   // are not needed).
   static ModelMemory planned_memory(const LlamaConfig& config, const ModelOptions& options);
+  // Returns the activation views the same arena carve hands a model of `config` built with
+  // `options`, with no memory behind them (shapes and dtypes only: the head's logits chunk,
+  // for one, is logits.numel() / the shard's vocabulary rows), allocating nothing.
+  static ModelActivations planned_activations(const LlamaConfig& config,
+                                              const ModelOptions& options);
   // Returns the dtype the frozen LoRA base of a model built with `options` is held in (f32
   // without LoRA).
   static DType frozen_base_dtype(const ModelOptions& options);

@@ -1,6 +1,6 @@
 // LlamaModel's adapter and storage services: adapter init and merge, the bytes of its buffers
-// by purpose (built or planned), and per-parameter access that hides whether the base is held
-// in f32 or bf16.
+// by purpose (built or planned) and the planned activation views, and per-parameter access that
+// hides whether the base is held in f32 or bf16.
 #include <vector>
 
 #include "core/error.h"
@@ -105,6 +105,21 @@ ModelMemory LlamaModel::planned_memory(const LlamaConfig& config, const ModelOpt
     memory.ring_scratch = ring.workspace;
   }
   return memory;
+}
+
+ModelActivations LlamaModel::planned_activations(const LlamaConfig& config,
+                                                 const ModelOptions& options) {
+  const LlamaConfig shard_config = tp_shard_config(config, options.tp.size);
+  const ModelOptions resolved = resolved_options(shard_config, options);
+  check_options(shard_config, resolved);
+  ModelActivations acts;
+  LoraActivations lora;
+  Tensor norm_grad_sink;
+  VocabParallelScratch vocab_parallel;
+  Arena::measure([&](Arena& arena) {
+    carve_arena(arena, shard_config, resolved, acts, lora, norm_grad_sink, vocab_parallel);
+  });
+  return acts;
 }
 
 void LlamaModel::set_parameter(int index, const float* host) {

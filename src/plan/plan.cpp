@@ -9,7 +9,9 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "model/llama.h"
 #include "model/lora.h"
+#include "model/tensor_parallel.h"
 #include "train/model_setup.h"
 
 namespace anvil {
@@ -52,10 +54,8 @@ double wire_bytes(const PlannedCollective& c) {
 // LlamaConfig::flops_per_token, less the weight gradients of a frozen base, plus the adapters
 // (6 per parameter) and a second forward pass under activation checkpointing.
 double executed_flops_per_token(const TrainConfig& config, const LlamaConfig& llama,
-                                int64_t adapter_params) {
+                                int64_t adapter_params, double fraction) {
   const int seq = static_cast<int>(config.training.seq_len);
-  const double fraction =
-      attention_schedule_from(config.attention).mean_visible_fraction(llama.n_layers, seq);
   const double matmul = static_cast<double>(llama.matmul_param_count());
   const double attention_forward =
       4.0 * llama.n_layers * static_cast<double>(seq) * llama.q_dim() * fraction;
@@ -69,25 +69,112 @@ double executed_flops_per_token(const TrainConfig& config, const LlamaConfig& ll
   return flops;
 }
 
+// Returns the head's chunking as the model a rank of `shape` builds carves its arena (the
+// options the engine gives it, rank 0 of tp and cp).
+HeadChunking planned_head(const TrainConfig& config, const LlamaConfig& llama,
+                          const ModelOptions& options, const MeshShape& shape) {
+  ModelOptions model =
+      DataParallelEngine::model_options(options, static_cast<int>(config.parallel.zero_stage));
+  model.tp.size = shape.tp;
+  model.tp.sequence_parallel = config.parallel.sequence_parallel;
+  model.cp.size = shape.cp;
+  const ModelActivations acts = LlamaModel::planned_activations(llama, model);
+  HeadChunking head;
+  head.rows = acts.logits.numel() / tp_shard_config(llama, shape.tp).vocab_size;
+  head.logits = acts.logits.dtype;
+  head.dlogits = acts.dlogits.dtype;
+  return head;
+}
+
+// Returns the optimizer's work on the device: AdamW and the norm over the shard the rank
+// steps (nothing of it with offload: the host does both), the gradients zeroed at the start
+// of a stage 0-1 step, and the f32 masters cast to the compute dtype: stage 0 (and a LoRA
+// model's f32 base) casts every weight before each micro-batch's forward, stages 1-2 the
+// rank's shard after the step, stage 3 its shard before each gather (with offload the host
+// casts).
+StepStateWork planned_state_work(const TrainConfig& config, const LlamaConfig& llama,
+                                 const ModelOptions& options, const MeshShape& shape,
+                                 const MemoryByCategory& buffers, int64_t adapter_params,
+                                 const std::vector<PlannedCollective>& collectives) {
+  const bool lora = options.lora.enabled();
+  const bool offload = config.parallel.offload;
+  const int stage = static_cast<int>(config.parallel.zero_stage);
+  const int64_t micro = config.training.grad_accum;
+  StepStateWork work;
+  work.groups = lora ? llama.n_layers : llama.n_layers + 2;
+  const int64_t shard =
+      buffers[static_cast<size_t>(MemoryCategory::optimizer_state)] / (2 * sizeof(float));
+  work.optimizer_elements = offload ? 0 : shard;
+  work.norm_elements = offload ? 0 : shard;
+  const int64_t base = llama.param_count() / shape.tp;
+  if (stage <= 1) work.zeroed_elements = (lora ? adapter_params : llama.param_count()) / shape.tp;
+  const size_t compute_bytes = dtype_size(options.compute_dtype);
+  if (options.compute_dtype == DType::f32) return work;
+  if (lora) {
+    if (LlamaModel::frozen_base_dtype(options) == DType::f32) {
+      work.cast_elements = micro * base;
+      work.cast_launches = micro * (llama.n_layers + 2);
+    }
+  } else if (stage == 0) {
+    work.cast_elements = micro * base;
+    work.cast_launches = micro * work.groups;
+  } else if (!offload && stage <= 2) {
+    work.cast_elements = shard;
+    work.cast_launches = work.groups;
+  } else if (!offload) {
+    for (const PlannedCollective& c : collectives) {
+      if (std::string_view(c.what) == "weight all-gather")
+        work.cast_elements += c.payload_bytes / c.ranks / static_cast<int64_t>(compute_bytes);
+    }
+    work.cast_launches = 2 * micro * work.groups;
+  }
+  return work;
+}
+
 StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
                             const ModelOptions& options, const MeshShape& shape,
                             const PlanSettings& settings, int64_t adapter_params,
-                            const MemoryByCategory& host) {
+                            const MemoryByCategory& buffers, const MemoryByCategory& host) {
   const HardwareProfile& hw = settings.hardware;
   const int world = shape.dp * shape.fsdp * shape.tp * shape.cp;
   const int64_t micro_batch = config.training.batch_size, seq = config.training.seq_len;
   const int micro_batches = static_cast<int>(config.training.grad_accum);
+  const std::string& dtype = config.training.dtype;
   StepTimePlan t;
   t.tokens_per_step = micro_batch * seq * micro_batches * shape.dp * shape.fsdp;
-  t.flops_per_token = executed_flops_per_token(config, llama, adapter_params);
+  // The share of causal (query, key) pairs the attention masks leave (counted once: a long
+  // sparse sequence takes a while).
+  const double fraction = attention_schedule_from(config.attention)
+                              .mean_visible_fraction(llama.n_layers, static_cast<int>(seq));
+  t.flops_per_token = executed_flops_per_token(config, llama, adapter_params, fraction);
   t.flops_per_device = t.flops_per_token * static_cast<double>(t.tokens_per_step) / world;
-  t.peak_tflops = config.training.dtype == "bf16" ? hw.bf16_tflops : hw.f32_tflops;
-  t.efficiency = settings.efficiency > 0 ? settings.efficiency : hw.efficiency;
-  t.compute_s = t.flops_per_device / (t.peak_tflops * 1e12 * t.efficiency);
+  const bool half = dtype == "bf16" || dtype == "fp16";
+  t.peak_tflops = half ? hw.bf16_tflops : hw.f32_tflops;
+  t.efficiency = settings.efficiency > 0 ? settings.efficiency : hw.gemm_efficiency;
+  t.ceilings.gemm_flops = settings.efficiency > 0 ? t.peak_tflops * 1e12 * settings.efficiency
+                                                  : gemm_flops_per_s(hw, dtype);
+  t.ceilings.attention_flops = attention_flops_per_s(hw, dtype);
+  t.ceilings.vector_flops = hw.f32_tflops * 1e12;
+  t.ceilings.memory_bytes = hw.memory_gbps * 1e9;
+  t.ceilings.launch_s = hw.launch_us * 1e-6;
 
-  for (const PlannedCollective& c : DataParallelEngine::planned_collectives(
-           llama, options, parallel_settings_from(config.parallel), world, micro_batches,
-           micro_batch * seq / shape.cp)) {
+  const std::vector<PlannedCollective> collectives = DataParallelEngine::planned_collectives(
+      llama, options, parallel_settings_from(config.parallel), world, micro_batches,
+      micro_batch * seq / shape.cp);
+  const HeadChunking head = planned_head(config, llama, options, shape);
+  const StepStateWork state =
+      planned_state_work(config, llama, options, shape, buffers, adapter_params, collectives);
+  t.ops = plan_step_ops(config, tp_shard_config(llama, shape.tp), shape, head, state, fraction,
+                        t.ceilings);
+  const int64_t rows = micro_batch * seq / shape.cp;
+  t.logits_chunk_rows = std::min(head.rows, rows);
+  t.logits_chunks = (rows + t.logits_chunk_rows - 1) / t.logits_chunk_rows;
+  for (const PlannedOp& op : t.ops) {
+    t.compute_s += op.seconds;
+    t.executed_flops += op.flops;
+  }
+
+  for (const PlannedCollective& c : collectives) {
     PlannedTransfer transfer;
     transfer.collective = c;
     transfer.inter_node = axis_extent(c.axis, shape) > hw.devices_per_node;
@@ -128,9 +215,10 @@ StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
   }
   for (const PlannedTransfer& transfer : t.transfers)
     (transfer.collective.overlapped ? t.overlapped_s : t.serial_s) += transfer.seconds;
-  t.step_s = std::max(t.compute_s, t.overlapped_s) + t.serial_s;
-  t.exposed_comm_s = t.step_s - t.compute_s;
+  t.exposed_comm_s = std::max(0.0, t.overlapped_s - t.compute_s) + t.serial_s;
+  t.step_s = t.compute_s + t.exposed_comm_s;  // max(compute, overlapped) + serial
   t.tokens_per_s = static_cast<double>(t.tokens_per_step) / t.step_s;
+  t.mfu = t.flops_per_device / t.step_s / (t.peak_tflops * 1e12);
   return t;
 }
 
@@ -265,8 +353,8 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
       options.lora.enabled() ? make_lora_layout(llama, options.lora)->total_params() : 0;
   plan.trainable = options.lora.enabled() ? adapter_params : llama.param_count();
   plan.parameters = llama.param_count() + adapter_params;
-  plan.time =
-      plan_step_time(config, llama, options, plan.shape, settings, adapter_params, plan.host);
+  plan.time = plan_step_time(config, llama, options, plan.shape, settings, adapter_params,
+                             plan.buffers, plan.host);
   return plan;
 }
 

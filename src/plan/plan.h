@@ -2,8 +2,10 @@
 // predicted without building the model. Memory comes from the engine's own planning functions
 // (DataParallelEngine::planned_memory: the shard plans, slot sizes and the model's arena carve
 // that a run allocates from), by the categories of core/memory_category.h, on data rank 0
-// (which holds the most). Time is compute at a stated efficiency of the hardware's peak plus
-// the exposed part of the step's collectives (planned_collectives) over the hardware's links:
+// (which holds the most). Time is compute, the sum over every op the step runs of its roofline
+// time against the hardware's achievable ceilings (plan/step_ops.h: FLOPs over the GEMM or
+// attention rate, or bytes over the memory bandwidth, plus a launch cost), plus the exposed
+// part of the step's collectives (planned_collectives) over the hardware's links:
 //   step = max(compute, overlapped communication) + serial communication
 // where asynchronous collectives (gradient reductions, ZeRO-3 gathers, ring attention,
 // offload transfers) overlap compute and blocking ones (tensor-parallel sums, stage 1's weight
@@ -22,6 +24,7 @@
 #include "parallel/mesh.h"
 #include "train/config.h"
 #include "plan/hardware_profile.h"
+#include "plan/step_ops.h"
 
 namespace anvil {
 
@@ -29,7 +32,7 @@ namespace anvil {
 struct PlanSettings {
   int nproc = 1;               // devices (ranks) of the job
   HardwareProfile hardware;
-  double efficiency = 0;       // share of the peak a step's compute sustains; 0: the profile's
+  double efficiency = 0;       // share of the dense peak GEMMs reach; 0: the profile's
   double comm_efficiency = 0.8;  // share of the link bandwidth collectives reach
   double reserve = 0.05;       // share of device memory kept free (runtime, fragmentation)
 };
@@ -42,11 +45,21 @@ struct PlannedTransfer {
 };
 
 struct StepTimePlan {
-  double flops_per_token = 0;   // executed FLOPs per token, recomputation and LoRA included
+  // Model FLOPs per token as a run's metrics count them (6 per matmul parameter and 12 x
+  // layers x seq_len x q_dim of attention), adjusted for what the engine executes beyond that
+  // convention: a frozen base's weight gradients dropped, the adapters and the recomputation
+  // of activation checkpointing added. MFU divides these by the step time and the peak.
+  double flops_per_token = 0;
   double flops_per_device = 0;  // of one step
-  double peak_tflops = 0;       // of the run's dtype
-  double efficiency = 0;
-  double compute_s = 0;
+  double peak_tflops = 0;       // dense peak of the run's dtype
+  double efficiency = 0;        // the GEMM ceiling's share of the peak
+  OpCeilings ceilings;          // what the ops were timed against
+  std::vector<PlannedOp> ops;   // every op of the step (plan/step_ops.h), first-run order
+  double executed_flops = 0;    // the ops' FLOPs (causal attention counts visible pairs)
+  int64_t logits_chunk_rows = 0;  // rows of the head's chunks (the model's arena carve)
+  int64_t logits_chunks = 0;      // chunks per micro-batch
+  double mfu = 0;               // flops_per_device / step_s / peak
+  double compute_s = 0;         // the ops' seconds
   double overlapped_s = 0;      // asynchronous communication and offload transfers
   double serial_s = 0;          // blocking communication and offload's host AdamW step
   double step_s = 0;

@@ -1,5 +1,7 @@
 // `anvil plan`'s reports: one JSON object per plan (the keys docs/plan.md lists) and the same
-// content as text, plus --fit's ranking.
+// content as text, plus --fit's ranking. The step's breakdown is by op kind (GEMMs, attention,
+// memory-bound kernels, optimizer) and the exposed communication; its shares add up to the
+// step time.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -32,6 +34,58 @@ nlohmann::ordered_json categories_json(const MemoryByCategory& bytes) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (int c = 0; c < kMemoryCategoryCount; ++c)
     out[std::string(kMemoryCategoryNames[static_cast<size_t>(c)])] = bytes[static_cast<size_t>(c)];
+  return out;
+}
+
+// Returns "compute-bound" or "bandwidth-bound" for a kind, with the share of its time spent
+// in ops of that bound when not all of it.
+std::string bound_text(const OpKindTotal& k) {
+  if (k.launches == 0) return "-";
+  const bool compute = k.compute_bound();
+  const double bound_s = compute ? k.compute_bound_s : k.seconds - k.compute_bound_s;
+  const double share = k.seconds > 0 ? bound_s / k.seconds : 1.0;
+  std::string text = compute ? "compute-bound" : "bandwidth-bound";
+  if (share < 0.995) text += fmt::format(" ({:.0f}% of its time)", 100 * share);
+  return text;
+}
+
+nlohmann::ordered_json breakdown_json(const StepTimePlan& t) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  const std::vector<OpKindTotal> totals = op_kind_totals(t.ops);
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const OpKindTotal& total = totals[static_cast<size_t>(k)];
+    out[op_kind_key(static_cast<OpKind>(k))] = {
+        {"seconds", total.seconds},
+        {"share", total.seconds / t.step_s},
+        {"bound", total.launches == 0   ? "none"
+                  : total.compute_bound() ? "compute"
+                                          : "bandwidth"},
+        {"compute_bound_seconds", total.compute_bound_s},
+        {"flops", total.flops},
+        {"bytes", total.bytes},
+        {"launches", total.launches}};
+  }
+  out["communication"] = {{"seconds", t.exposed_comm_s},
+                          {"share", t.exposed_comm_s / t.step_s},
+                          {"bound", "link"},
+                          {"overlapped_seconds", t.overlapped_s},
+                          {"serial_seconds", t.serial_s}};
+  return out;
+}
+
+nlohmann::ordered_json ops_json(const StepTimePlan& t) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const PlannedOp& op : t.ops) {
+    out.push_back({{"name", op.name},
+                   {"kind", op_kind_key(op.kind)},
+                   {"launches", op.launches},
+                   {"flops", op.flops},
+                   {"bytes", op.bytes},
+                   {"seconds", op.seconds},
+                   {"compute_seconds", op.compute_s},
+                   {"memory_seconds", op.memory_s},
+                   {"bound", op.compute_bound() ? "compute" : "bandwidth"}});
+  }
   return out;
 }
 
@@ -70,14 +124,27 @@ nlohmann::ordered_json plan_object(const Plan& plan, const std::vector<std::stri
   j["fits"] = plan.fits;
   j["step_seconds"] = plan.time.step_s;
   j["tokens_per_s"] = plan.time.tokens_per_s;
-  j["time"] = {{"flops_per_token", plan.time.flops_per_token},
-               {"flops_per_device", plan.time.flops_per_device},
-               {"peak_tflops", plan.time.peak_tflops},
-               {"efficiency", plan.time.efficiency},
-               {"compute_seconds", plan.time.compute_s},
-               {"overlapped_seconds", plan.time.overlapped_s},
-               {"serial_seconds", plan.time.serial_s},
-               {"exposed_comm_seconds", plan.time.exposed_comm_s}};
+  const StepTimePlan& t = plan.time;
+  j["time"] = {{"flops_per_token", t.flops_per_token},
+               {"flops_per_device", t.flops_per_device},
+               {"peak_tflops", t.peak_tflops},
+               {"efficiency", t.efficiency},
+               {"mfu", t.mfu},
+               {"executed_flops", t.executed_flops},
+               {"ceilings",
+                {{"gemm_tflops", t.ceilings.gemm_flops / 1e12},
+                 {"attention_tflops", t.ceilings.attention_flops / 1e12},
+                 {"vector_tflops", t.ceilings.vector_flops / 1e12},
+                 {"memory_gbps", t.ceilings.memory_bytes / 1e9},
+                 {"launch_us", t.ceilings.launch_s * 1e6}}},
+               {"logits_chunk_rows", t.logits_chunk_rows},
+               {"logits_chunks", t.logits_chunks},
+               {"compute_seconds", t.compute_s},
+               {"overlapped_seconds", t.overlapped_s},
+               {"serial_seconds", t.serial_s},
+               {"exposed_comm_seconds", t.exposed_comm_s},
+               {"breakdown", breakdown_json(t)},
+               {"ops", ops_json(t)}};
   nlohmann::ordered_json per_axis = {{"tp", 0}, {"cp", 0}, {"data", 0}, {"dp", 0}, {"fsdp", 0}};
   j["communication"] = nlohmann::ordered_json::array();
   for (const PlannedTransfer& t : plan.time.transfers) {
@@ -106,6 +173,13 @@ nlohmann::ordered_json hardware_object(const PlanSettings& settings) {
           {"memory_bytes", h.memory_bytes},
           {"bf16_tflops", h.bf16_tflops},
           {"f32_tflops", h.f32_tflops},
+          {"gemm_bf16_tflops", h.gemm_bf16_tflops},
+          {"gemm_f32_tflops", h.gemm_f32_tflops},
+          {"attention_bf16_tflops", h.attention_bf16_tflops},
+          {"attention_f32_tflops", h.attention_f32_tflops},
+          {"memory_peak_gbps", h.memory_peak_gbps},
+          {"memory_gbps", h.memory_gbps},
+          {"launch_us", h.launch_us},
           {"link_gbps", h.link_gbps},
           {"network_gbps", h.network_gbps},
           {"devices_per_node", h.devices_per_node},
@@ -138,6 +212,39 @@ struct MemoryUnit {
 MemoryUnit unit_for(int64_t total) {
   if (static_cast<double>(total) >= kGiB) return {"GiB", kGiB};
   return {"MiB", 1024.0 * 1024.0};
+}
+
+// The step's breakdown by kind and its costliest ops, as text.
+std::string breakdown_text(const StepTimePlan& t) {
+  std::string out = fmt::format("step breakdown per device ({} executed TFLOP; the head in {} "
+                                "chunk{} of {} rows per micro-batch):\n",
+                                fmt::format("{:.3g}", t.executed_flops / 1e12), t.logits_chunks,
+                                t.logits_chunks == 1 ? "" : "s", t.logits_chunk_rows);
+  out += fmt::format("  {:<24} {:>11} {:>7}  {:<34} {:>8}\n", "kind", "ms", "share", "bound",
+                     "kernels");
+  const std::vector<OpKindTotal> totals = op_kind_totals(t.ops);
+  for (int k = 0; k < kOpKindCount; ++k) {
+    const OpKindTotal& total = totals[static_cast<size_t>(k)];
+    out += fmt::format("  {:<24} {:>11.3f} {:>6.1f}%  {:<34} {:>8}\n",
+                       op_kind_name(static_cast<OpKind>(k)), 1e3 * total.seconds,
+                       100 * total.seconds / t.step_s, bound_text(total), total.launches);
+  }
+  out += fmt::format("  {:<24} {:>11.3f} {:>6.1f}%  {:<34}\n", "communication (exposed)",
+                     1e3 * t.exposed_comm_s, 100 * t.exposed_comm_s / t.step_s,
+                     fmt::format("links ({:.3f} ms overlapped)", 1e3 * t.overlapped_s));
+  std::vector<const PlannedOp*> costliest;
+  for (const PlannedOp& op : t.ops) costliest.push_back(&op);
+  std::stable_sort(costliest.begin(), costliest.end(),
+                   [](const PlannedOp* a, const PlannedOp* b) { return a->seconds > b->seconds; });
+  costliest.resize(std::min<size_t>(costliest.size(), 8));
+  out += "costliest ops (ms per step, share, bound, launches, TFLOP, GB moved):\n";
+  for (const PlannedOp* op : costliest) {
+    out += fmt::format("  {:<44} {:>11.3f} {:>6.1f}%  {:<9} {:>7} {:>9.3g} {:>9.3g}\n", op->name,
+                       1e3 * op->seconds, 100 * op->seconds / t.step_s,
+                       op->compute_bound() ? "compute" : "bandwidth", op->launches,
+                       op->flops / 1e12, op->bytes / 1e9);
+  }
+  return out;
 }
 
 }  // namespace
@@ -204,10 +311,17 @@ std::string plan_text(const Plan& plan, const PlanSettings& settings,
                                              in_gib(plan.capacity), 100 * settings.reserve));
   for (const std::string& line : suggestions) out += "  would fit with " + line + "\n";
   const StepTimePlan& t = plan.time;
-  out += fmt::format("step time: {:.3g} s = compute {:.3g} s ({:.3g} TFLOP per device at {:.0f}% "
-                     "of {}) + exposed communication {:.3g} s; {:.0f} tokens/s\n",
-                     t.step_s, t.compute_s, t.flops_per_device / 1e12, 100 * t.efficiency,
-                     rate_text(t.peak_tflops), t.exposed_comm_s, t.tokens_per_s);
+  out += fmt::format("step time: {:.3g} s = compute {:.3g} s + exposed communication {:.3g} s; "
+                     "{:.0f} tokens/s, MFU {:.1f}% ({:.3g} TFLOP of model FLOPs per device at "
+                     "the {} peak)\n",
+                     t.step_s, t.compute_s, t.exposed_comm_s, t.tokens_per_s, 100 * t.mfu,
+                     t.flops_per_device / 1e12, rate_text(t.peak_tflops));
+  out += fmt::format("ceilings: GEMMs {} ({:.0f}% of the peak), attention {}, memory-bound "
+                     "kernels {:.0f} GB/s, {:.1f} us per kernel launch\n",
+                     rate_text(t.ceilings.gemm_flops / 1e12), 100 * t.efficiency,
+                     rate_text(t.ceilings.attention_flops / 1e12), t.ceilings.memory_bytes / 1e9,
+                     t.ceilings.launch_s * 1e6);
+  out += breakdown_text(t);
   if (!t.transfers.empty()) {
     out += fmt::format("communication per step (payload per device; {} of the link speed):\n",
                        fmt::format("{:.0f}%", 100 * settings.comm_efficiency));

@@ -9,7 +9,8 @@
 //   - Buffer accounting and traffic: the run's sharding.json (the bytes of the buffers it
 //     allocated, max over ranks) equals the prediction category by category, and the step's
 //     counted bytes per mesh axis (the --logging.json summary) equal the predicted ones.
-// Then the command's own behaviour: --help, one JSON line, one-line errors, --fit.
+// Then the command's own behaviour: --help, one JSON line, one-line errors, --fit, and the
+// 1.5B benchmark preset's predicted step with its breakdown by op kind (text and JSON).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -253,6 +254,41 @@ TEST(PlanCli, JsonIsOneLineAndErrorsAreOneLine) {
   const auto missing = run_anvil("plan --config no/such.toml");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.output.find("no such file"), std::string::npos) << missing.output;
+}
+
+TEST(PlanCli, PredictsTheBenchmarkStepWithItsBreakdownByOpKind) {
+  const std::string preset =
+      std::string("--config ") + ANVIL_TEST_DATA + "/../configs/bench-1.5b.toml";
+  const auto text = run_anvil("plan --hardware h200 " + preset);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  for (const char* line : {"hardware: 1 x NVIDIA H200", "step time: ", " tokens/s, MFU ",
+                           "ceilings: GEMMs ", "step breakdown per device",
+                           "kind                              ms   share  bound",
+                           "  GEMMs ", "  attention ", "  memory-bound kernels ", "  optimizer ",
+                           "  communication (exposed) ", "costliest ops", "compute-bound",
+                           "bandwidth-bound"}) {
+    EXPECT_NE(text.output.find(line), std::string::npos) << line << "\n" << text.output;
+  }
+  const auto json = run_anvil("plan --json --hardware h200 " + preset);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const auto j = nlohmann::json::parse(json.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << json.output;
+  for (const char* kind : {"gemm", "attention", "memory", "optimizer", "communication"})
+    EXPECT_TRUE(j["time"]["breakdown"].contains(kind)) << kind;
+  EXPECT_FALSE(j["time"]["ops"].empty());
+  // The ceilings can be set: a slower attention takes longer.
+  const auto slow = run_anvil("plan --json --hardware h200 --attention-tflops 10 " + preset);
+  ASSERT_EQ(slow.exit_code, 0) << slow.output;
+  const auto s = nlohmann::json::parse(slow.output, nullptr, false);
+  ASSERT_FALSE(s.is_discarded()) << slow.output;
+  EXPECT_GT(s["time"]["breakdown"]["attention"]["seconds"].get<double>(),
+            j["time"]["breakdown"]["attention"]["seconds"].get<double>());
+  const auto help = run_anvil("plan --help");
+  for (const char* option : {"--attention-tflops", "--memory-gbps"})
+    EXPECT_NE(help.output.find(option), std::string::npos) << option;
+  const auto bad = run_anvil("plan --hardware h200 --memory-gbps 0 " + preset);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(bad.output, "anvil: error: [plan] --memory-gbps must be > 0, got 0\n");
 }
 
 TEST(PlanCli, FitRanksMeshesOrSaysWhatWouldFit) {
