@@ -82,7 +82,7 @@ HeadChunking planned_head(const TrainConfig& config, const LlamaConfig& llama,
   HeadChunking head;
   head.rows = acts.logits.numel() / tp_shard_config(llama, shape.tp).vocab_size;
   head.logits = acts.logits.dtype;
-  head.dlogits = acts.dlogits.dtype;
+  head.dlogits = acts.logits.dtype;  // the fused classifier writes dlogits over the logits
   return head;
 }
 

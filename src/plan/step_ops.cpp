@@ -152,7 +152,8 @@ std::vector<PlannedOp> plan_step_ops(const TrainConfig& config, const LlamaConfi
   // ---- forward of a layer (and its recomputation) -----------------------------------------
   // RMSNorm: f32 input and weight in, compute-dtype output and f32 statistics out.
   const double norm_forward_bytes = local * c * kF32 + c * kF32 + local * c * e + local * kF32;
-  ops.add("RMSNorm forward", OpKind::memory, 2 * forwards + micro, 4 * local * c,
+  // The layer's input norm and the final norm; the MLP's norm is fused with the residual add.
+  ops.add("RMSNorm forward", OpKind::memory, forwards + micro, 4 * local * c,
           norm_forward_bytes);
   for (LoraTarget t : {LoraTarget::q_proj, LoraTarget::k_proj, LoraTarget::v_proj}) {
     const Projection& p = projection_of(all, t);
@@ -173,7 +174,11 @@ std::vector<PlannedOp> plan_step_ops(const TrainConfig& config, const LlamaConfi
     const Projection& p = projection_of(all, LoraTarget::o_proj);
     ops.gemm("o_proj forward", forwards, n, p.in, p.out, e, e, p.forward_out, false);
   }
-  ops.add("residual add", OpKind::memory, 2 * forwards, local * c, 3 * local * c * kF32);
+  // The attention half's residual add fused with the MLP's norm of its sum (one pass: both
+  // addends read, the sum and the normalized rows written).
+  ops.add("residual add + RMSNorm forward (fused)", OpKind::memory, forwards, 5 * local * c,
+          3 * local * c * kF32 + c * kF32 + local * c * e + local * kF32);
+  ops.add("residual add", OpKind::memory, forwards, local * c, 3 * local * c * kF32);
   for (LoraTarget t : {LoraTarget::gate_proj, LoraTarget::up_proj}) {
     const Projection& p = projection_of(all, t);
     ops.gemm(std::string(p.name) + " forward", forwards, n, p.in, p.out, e, e, p.forward_out,
@@ -218,14 +223,17 @@ std::vector<PlannedOp> plan_step_ops(const TrainConfig& config, const LlamaConfi
   }
   // The residual gradient starts at zero before the final norm's backward adds to it.
   ops.add("residual gradient zero fill", OpKind::memory, micro, 0, local * c * kF32);
+  // Without sequence parallelism each norm backward also writes the residual gradient's
+  // compute-dtype copy, the next projections' GEMM operand (the cast fused into its pass).
+  const double fused_copy_bytes = sequence_parallel || e == kF32 ? 0.0 : local * c * e;
   const double norm_backward_bytes = local * c * kF32 * 2 + c * kF32 + local * kF32 +
-                                     2 * local * c * kF32 + 2 * c * kF32;
+                                     2 * local * c * kF32 + 2 * c * kF32 + fused_copy_bytes;
   ops.add("RMSNorm backward", OpKind::memory, 2 * backwards + micro, 8 * local * c,
           norm_backward_bytes);
 
   // ---- backward of a layer: mlp, then attention --------------------------------------------
   // The residual gradient (f32) becomes the compute-dtype operand of down_proj and o_proj.
-  if (e != kF32)
+  if (e != kF32 && sequence_parallel)  // gathered from the tp ranks, then cast
     ops.add("cast: residual gradient to the compute dtype", OpKind::memory, 2 * backwards, 0,
             n * c * (kF32 + e));
   auto input_grad = [&](LoraTarget t) {
