@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -33,11 +35,14 @@ inline nlohmann::json golden_json(const std::string& family) {
 }
 
 // A fresh directory under the system temp folder, removed with everything in it at scope end.
+// The name carries the process id: ctest runs one test binary under several kernel tables
+// at once, and those runs must not share (or delete) each other's files.
 class TempDir {
  public:
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("anvil-eval-") + info->test_suite_name() + "-" + info->name();
+    std::string name = std::string("anvil-eval-") + info->test_suite_name() + "-" + info->name() + "-" +
+                       std::to_string(::getpid());
     for (char& c : name) {
       if (c == '/') c = '_';
     }
