@@ -117,7 +117,7 @@ CLI::Option* add_max_record_bytes_option(CLI::App& app, uint64_t& value,
                               "streamed, so memory stays near this bound whatever it holds",
                               what, kDefaultMaxRecordBytes >> 20))
       ->transform(CLI::AsSizeValue(true))
-      ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
+      ->check(CLI::Range(uint64_t{1}, kLargestRecordBound));
 }
 
 void ThreadOption::configure() const {

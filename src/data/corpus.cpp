@@ -159,6 +159,9 @@ CorpusReader::CorpusReader(std::vector<std::string> files, std::vector<InputPiec
   ANVIL_CHECK(!options_.text_field.empty(), "[prepare] --text-field must not be empty");
   ANVIL_CHECK(!options_.doc_separator || !options_.doc_separator->empty(),
               "[prepare] --doc-separator must not be empty");
+  ANVIL_CHECK(options_.max_record_bytes > 0 && options_.max_record_bytes <= kLargestRecordBound,
+              "[prepare] --max-record-bytes must be between 1 and {} (got {})",
+              kLargestRecordBound, options_.max_record_bytes);
 }
 
 CorpusReader::CorpusReader(std::vector<std::string> files, CorpusOptions options)

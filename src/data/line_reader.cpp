@@ -2,6 +2,7 @@
 // a line is copied out only up to the caller's bound, and skipping copies nothing.
 #include "data/line_reader.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -27,7 +28,9 @@ std::string json_array_refusal(const std::string& path) {
 
 LineReader::LineReader(const std::string& path, uint64_t max_line_bytes, uint64_t start)
     : path_(path), buffer_(path, start), max_line_bytes_(max_line_bytes), offset_(start) {
-  ANVIL_CHECK(max_line_bytes_ > 0, "--max-record-bytes must be at least 1 (got 0)");
+  ANVIL_CHECK(max_line_bytes_ > 0 && max_line_bytes_ <= kLargestRecordBound,
+              "--max-record-bytes must be between 1 and {} (got {})", kLargestRecordBound,
+              max_line_bytes_);
   line_offset_ = start;
 }
 
@@ -39,6 +42,14 @@ void LineReader::begin_line() {
 
 LineReader::Part LineReader::next_part(std::string& out, size_t max) {
   size_t appended = 0;
+  // The string grows by doubling, but never past what this call may add: a line of the bound
+  // costs the bound, not the next power of two above it.
+  const size_t most = out.size() + max;
+  const auto append = [&out, most](const char* data, size_t count) {
+    if (out.size() + count > out.capacity())
+      out.reserve(std::min(most, std::max(out.size() + count, 2 * out.capacity())));
+    out.append(data, count);
+  };
   while (true) {
     const std::string_view data = buffer_.available();
     if (data.empty()) {
@@ -53,14 +64,14 @@ LineReader::Part LineReader::next_part(std::string& out, size_t max) {
     const void* newline = std::memchr(data.data(), '\n', scan);
     if (newline != nullptr) {
       const auto length = static_cast<size_t>(static_cast<const char*>(newline) - data.data());
-      out.append(data.data(), length);
+      append(data.data(), length);
       buffer_.consume(length + 1);
       offset_ += length + 1;
       in_line_ = false;
       ended_with_newline_ = true;
       return Part::line_end;
     }
-    out.append(data.data(), scan);
+    append(data.data(), scan);
     buffer_.consume(scan);
     offset_ += scan;
     appended += scan;

@@ -18,6 +18,8 @@ namespace anvil {
 // The default of --max-record-bytes: far above any real record (a book is a few MiB), far
 // below what takes a machine down.
 inline constexpr uint64_t kDefaultMaxRecordBytes = uint64_t{256} << 20;
+// The largest bound accepted (2^62 bytes): far past any memory, and sums with it cannot wrap.
+inline constexpr uint64_t kLargestRecordBound = uint64_t{1} << 62;
 
 // Returns "268435456 bytes (256 MiB)": the bound as messages state it.
 std::string describe_record_bound(uint64_t max_record_bytes);

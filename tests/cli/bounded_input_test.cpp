@@ -5,10 +5,7 @@
 // file without that record. Inputs are generated here, streamed through the compressor tools
 // (never held in memory, never committed). Also: `anvil tokenize --input` reads compressed
 // input and refuses an over-long line, and a JSON array file is refused with how to convert it.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -82,39 +79,8 @@ void write_with_long_record(const std::string& path, const Tool& tool, uint64_t 
   ASSERT_EQ(std::system(script.c_str()), 0) << script;
 }
 
-struct MeasuredRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-  double peak_rss_mb = 0;
-};
-
-// Runs `anvil <args>` as a child and returns its exit code, output and peak RSS (wait4's
-// rusage: the child's own high-water mark, not this process's).
-MeasuredRun run_measured(const std::vector<std::string>& args, const std::string& output_path) {
-  std::vector<std::string> argv_text = {ANVIL_BINARY};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& arg : argv_text) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  MeasuredRun run;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) _exit(126);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  if (pid < 0) return run;
-  int status = 0;
-  rusage usage{};
-  if (wait4(pid, &status, 0, &usage) != pid) return run;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.output = read_bytes(output_path);
-  run.peak_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB
-  return run;
-}
+using test::MeasuredRun;
+using test::run_anvil_measured;
 
 // The record over the bound ends the run: one error line naming the file, line 21, the byte
 // offset where the record starts and the bound; nothing written; memory near the bound.
@@ -124,7 +90,7 @@ void expect_long_record_refused(const Tool& tool, uint64_t bound_mib, uint64_t l
   const std::string input = dir / (std::string("web.jsonl") + tool.suffix);
   write_with_long_record(input, tool, long_bytes);
   const uint64_t offset = records(0, 20).size();
-  const MeasuredRun run = run_measured(
+  const MeasuredRun run = run_anvil_measured(
       {"prepare", "--input", input, "--tokenizer", kTokenizer, "--out", dir / "out",
        "--threads", "1", "--max-record-bytes", std::to_string(bound_mib) + "MiB"},
       dir / "output.txt");
@@ -160,7 +126,7 @@ TEST(BoundedInput, XzRecordFiveTimesTheBoundIsOneErrorLine) {
 TEST(BoundedInput, SkippedLongRecordLeavesTheOtherShardsByteIdentical) {
   const Scratch dir;
   std::ofstream(dir / "clean.jsonl", std::ios::binary) << records(0, 20) << records(20, 20);
-  const MeasuredRun clean = run_measured(
+  const MeasuredRun clean = run_anvil_measured(
       {"prepare", "--input", dir / "clean.jsonl", "--tokenizer", kTokenizer, "--out",
        dir / "clean", "--threads", "1", "--split", "0.5,0.25,0.25"},
       dir / "clean.txt");
@@ -171,7 +137,7 @@ TEST(BoundedInput, SkippedLongRecordLeavesTheOtherShardsByteIdentical) {
     const std::string input = dir / (std::string("long.jsonl") + tool.suffix);
     write_with_long_record(input, tool, uint64_t{5} << 20);
     const std::string out = dir / (std::string("skipped-") + tool.name);
-    const MeasuredRun run = run_measured(
+    const MeasuredRun run = run_anvil_measured(
         {"prepare", "--input", input, "--tokenizer", kTokenizer, "--out", out, "--threads", "1",
          "--split", "0.5,0.25,0.25", "--max-record-bytes", "1MiB", "--on-error", "skip"},
         dir / "skipped.txt");
@@ -194,18 +160,22 @@ TEST(BoundedInput, SkippedLongRecordLeavesTheOtherShardsByteIdentical) {
 TEST(BoundedInput, TokenizeReadsCompressedInputAndBoundsALine) {
   if (const std::string why = missing_tool(kGzip); !why.empty()) GTEST_SKIP() << why;
   const Scratch dir;
-  std::ofstream(dir / "lines.txt", std::ios::binary) << "hello world\nsecond line\n";
+  std::ofstream(dir / "lines.txt", std::ios::binary) << "hello world\nsecond line here\n";
   ASSERT_EQ(std::system(("gzip -c '" + dir / "lines.txt" + "' > '" + dir / "lines.txt.gz" + "'")
                             .c_str()),
             0);
-  const auto tokenize = [&](const std::string& input, const std::string& extra) {
-    return test::run_anvil("tokenize --tokenizer " + kTokenizer + " --input '" + input + "'" +
-                           extra);
+  // Runs tokenize; `redirect` says where stdout and stderr go.
+  const auto tokenize = [&](const std::string& input, const std::string& redirect) {
+    return test::run_capturing_stdout(std::string(ANVIL_BINARY) + " tokenize --tokenizer " +
+                                      kTokenizer + " --input '" + input + "' " + redirect);
   };
-  const test::CommandResult plain = tokenize(dir / "lines.txt", "");
+  const test::CommandResult plain = tokenize(dir / "lines.txt", "2>&1");
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  EXPECT_EQ(tokenize(dir / "lines.txt.gz", "").output, plain.output);
-  const test::CommandResult refused = tokenize(dir / "lines.txt.gz", " --max-record-bytes 11");
+  EXPECT_EQ(tokenize(dir / "lines.txt.gz", "2>&1").output, plain.output);
+  // The lines before it were already written to stdout (tokenize streams); stderr holds the
+  // one error line.
+  const test::CommandResult refused =
+      tokenize(dir / "lines.txt.gz", "--max-record-bytes 11 2>&1 > /dev/null");
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
   EXPECT_EQ(std::count(refused.output.begin(), refused.output.end(), '\n'), 1) << refused.output;
   EXPECT_NE(refused.output.find("lines.txt.gz:2: the line at byte 12 of the decompressed gzip "
