@@ -21,6 +21,10 @@
 
 namespace anvil::fuzz {
 
+// The record bound the line-oriented targets read with (--max-record-bytes): small, so a seed
+// of a few KiB holds a record over it and reaches the skip-to-the-next-newline path.
+inline constexpr uint64_t kFuzzMaxRecordBytes = 4096;
+
 // Returns the input as text (parsers of text files take the bytes unchanged).
 inline std::string_view as_text(const uint8_t* data, size_t size) {
   return {reinterpret_cast<const char*>(data), size};

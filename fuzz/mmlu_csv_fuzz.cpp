@@ -12,6 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   anvil::TaskLoadOptions options;
   options.task = "mmlu";
   options.data = anvil::fuzz::scratch_dir() / "mmlu";
+  options.max_record_bytes = anvil::fuzz::kFuzzMaxRecordBytes;
   anvil::fuzz::expect_error_or_success([&] { anvil::load_task(options); });
   return 0;
 }

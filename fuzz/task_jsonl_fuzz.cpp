@@ -15,6 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   anvil::TaskLoadOptions options;
   options.task = tasks[data[0] % tasks.size()];
   options.data = anvil::fuzz::write_scratch("task.jsonl", data + 1, size - 1);
+  options.max_record_bytes = anvil::fuzz::kFuzzMaxRecordBytes;
   anvil::fuzz::expect_error_or_success([&] { anvil::load_task(options); });
   return 0;
 }

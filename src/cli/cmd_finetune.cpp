@@ -44,10 +44,11 @@ adapter (made by anvil or by peft): its settings and values start the run.
 }
 
 constexpr const char* kFooter = R"(
-Data: a .jsonl file of chat records {"messages": [{"role": "user", "content": ...}, ...]} or
-alpaca records {"instruction", "input", "output"}, rendered with --chat-template (default: the
-tokenizer's, see docs/finetune.md) with the loss on assistant tokens only, or a folder made by
-`anvil prepare --sft`. 5% of the JSONL examples are held out for validation.
+Data: a .jsonl file (plain or gzip/zstd/xz compressed, e.g. chats.jsonl.zst) of chat records
+{"messages": [{"role": "user", "content": ...}, ...]} or alpaca records {"instruction", "input",
+"output"}, rendered with --chat-template (default: the tokenizer's, see docs/finetune.md) with
+the loss on assistant tokens only, or a folder made by `anvil prepare --sft`. 5% of the JSONL
+examples are held out for validation.
 
 Defaults: lr 2e-4 (LoRA) / 2e-5 (full), cosine to 0 after 3% warmup, no weight decay, batch 4,
 seq_len min(512, the model's context), packed examples with document masks, --epochs 3 unless
@@ -93,6 +94,7 @@ int run_finetune(const std::vector<std::string>& raw_args) {
                  "JSONL: true packs examples back to back (document masks keep them apart); "
                  "false pads each example to whole windows of training.seq_len")
       ->capture_default_str();
+  add_max_record_bytes_option(app, request.max_record_bytes, "JSONL record (line)");
   app.add_option("--resume", request.resume,
                  "auto: continue from the newest valid checkpoint; never; or a checkpoint folder")
       ->capture_default_str();

@@ -48,6 +48,7 @@ int run_sft_prepare(const PrepareOptions& common, const SftFlags& flags,
   options.model_type = model_type_beside(tokenizer_path);
   options.split_ratios = common.split_ratios;
   options.seed = common.seed;
+  options.max_record_bytes = common.max_record_bytes;
   options.max_tokens = flags.max_tokens;
   options.on_error = common.skip_bad_records ? SftOnError::skip : SftOnError::fail;
   options.packing = flags.packing;
@@ -99,8 +100,13 @@ int run_prepare(const std::vector<std::string>& args) {
                  "split text files into documents at lines equal to this (e.g. % for fortunes)");
   app.add_option("--seed", options.seed, "seed of the document -> split assignment")
       ->capture_default_str();
-  app.add_option("--on-error", on_error, "bad JSONL records: fail (default) or skip with a warning")
+  app.add_option("--on-error", on_error,
+                 "bad JSONL records (and records over --max-record-bytes): fail (default) or "
+                 "skip with a warning, counted in the summary")
       ->check(CLI::IsMember({"fail", "skip"}));
+  add_max_record_bytes_option(app, options.max_record_bytes,
+                              "JSONL record or line (a longer text document is prepared in "
+                              "pieces cut at whitespace)");
   app.add_option("--part-tokens", options.part_tokens,
                  "start a new shard part after this many tokens")
       ->capture_default_str();

@@ -1,7 +1,10 @@
 // `anvil tokenize`: encodes text to ids (one JSON array per input line, the line without its
 // '\n') or, with --decode, turns one JSON array of ids per line back into text. Reads stdin
-// unless --input names a file; output is buffered and written in large blocks.
+// unless --input names a file; either may be compressed (data/line_reader.h reads it, and bounds
+// a line before holding it). Output is buffered and written in large blocks.
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iterator>
 #include <string>
 
@@ -10,49 +13,11 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "data/line_reader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace anvil::cli {
 namespace {
-
-// Reads '\n'-terminated lines from a FILE in large blocks.
-class LineReader {
- public:
-  explicit LineReader(std::FILE* file) : file_(file) {}
-
-  // Sets `line` to the next line without its '\n'; returns false at the end of input.
-  bool next(std::string_view& line) {
-    while (true) {
-      const size_t newline = buffer_.find('\n', start_);
-      if (newline != std::string::npos) {
-        line = std::string_view(buffer_).substr(start_, newline - start_);
-        start_ = newline + 1;
-        return true;
-      }
-      if (eof_) {
-        if (start_ >= buffer_.size()) return false;
-        line = std::string_view(buffer_).substr(start_);
-        start_ = buffer_.size();
-        return true;
-      }
-      buffer_.erase(0, start_);
-      start_ = 0;
-      const size_t old_size = buffer_.size();
-      buffer_.resize(old_size + kChunk);
-      const size_t got = std::fread(buffer_.data() + old_size, 1, kChunk, file_);
-      buffer_.resize(old_size + got);
-      ANVIL_CHECK(!std::ferror(file_), "[tokenize] read error on input");
-      eof_ = got == 0;
-    }
-  }
-
- private:
-  static constexpr size_t kChunk = size_t{1} << 20;
-  std::FILE* file_;
-  std::string buffer_;
-  size_t start_ = 0;
-  bool eof_ = false;
-};
 
 class OutputBuffer {
  public:
@@ -70,7 +35,7 @@ class OutputBuffer {
   std::string text_;
 };
 
-std::vector<int32_t> parse_ids(std::string_view line, size_t line_number) {
+std::vector<int32_t> parse_ids(std::string_view line, uint64_t line_number) {
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(line);
@@ -103,31 +68,35 @@ int run_tokenize(const std::vector<std::string>& args) {
                  "tokenizer.json (Hugging Face), tokenizer.model (tiktoken format, Llama 3), or a "
                  "directory holding one")
       ->required();
-  app.add_option("--input", input_path, "read this file instead of standard input");
+  app.add_option("--input", input_path,
+                 "read this file instead of standard input (either may be gzip, zstd or xz "
+                 "compressed: found by its magic bytes)");
   app.add_flag("--decode", decode, "read one JSON array of ids per line and print its text");
   app.add_flag("--no-special", no_special,
                "do not add the tokenizer's post-processor tokens (e.g. BOS) when encoding");
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;
+  add_max_record_bytes_option(app, max_record_bytes, "input line");
   if (!parse_args(app, args)) return 0;
 
   const auto tokenizer = Tokenizer::load(tokenizer_path);
-  std::FILE* input = stdin;
-  if (!input_path.empty()) {
-    input = std::fopen(input_path.c_str(), "rb");
-    ANVIL_CHECK(input != nullptr, "[tokenize] {}: cannot open for reading", input_path);
+  const std::string path = input_path.empty() ? "/dev/stdin" : input_path;
+  {
+    std::ifstream probe(path, std::ios::binary);
+    ANVIL_CHECK(probe.good(), "[tokenize] {}: cannot open for reading", path);
   }
-  struct Closer {
-    std::FILE* file;
-    ~Closer() {
-      if (file != stdin) std::fclose(file);
-    }
-  } closer{input};
-
-  LineReader reader(input);
+  LineReader reader(path, max_record_bytes);
   OutputBuffer out;
-  std::string_view line;
-  size_t line_number = 0;
-  while (reader.next(line)) {
-    ++line_number;
+  std::string line;
+  while (true) {
+    const LineReader::Read read = reader.next(line);
+    const uint64_t line_number = reader.lines();
+    ANVIL_CHECK(reader.error().empty(), "[tokenize] {}:{}: {}", path,
+                std::max<uint64_t>(line_number, 1), reader.error());
+    if (read == LineReader::Read::end) break;
+    ANVIL_CHECK(read == LineReader::Read::line,
+                "[tokenize] {}:{}: the line at {} is longer than --max-record-bytes {}", path,
+                line_number, reader.describe_offset(reader.line_offset()),
+                describe_record_bound(reader.max_line_bytes()));
     if (decode) {
       out.text().append(tokenizer->decode(parse_ids(line, line_number)));
       out.text().push_back('\n');

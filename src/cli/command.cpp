@@ -9,8 +9,11 @@
 #include <string_view>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/threading.h"
+#include "data/line_reader.h"
 
 namespace anvil::cli {
 namespace {
@@ -103,6 +106,18 @@ bool parse_args(CLI::App& app, const std::vector<std::string>& args) {
 void ThreadOption::add_to(CLI::App& app) {
   option = app.add_option("--threads", value,
                  "CPU threads (default: ANVIL_NUM_THREADS, else all usable cores)");
+}
+
+CLI::Option* add_max_record_bytes_option(CLI::App& app, uint64_t& value,
+                                         const std::string& what) {
+  return app
+      .add_option("--max-record-bytes", value,
+                  fmt::format("bound on one {} before anything is allocated for it, with "
+                              "suffixes KiB, MiB, GiB or KB, MB, GB (default {}MiB); input is "
+                              "streamed, so memory stays near this bound whatever it holds",
+                              what, kDefaultMaxRecordBytes >> 20))
+      ->transform(CLI::AsSizeValue(true))
+      ->check(CLI::Range(uint64_t{1}, kLargestRecordBound));
 }
 
 void ThreadOption::configure() const {

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -34,6 +35,10 @@ struct ThreadOption {
   void add_to(CLI::App& app);
   void configure() const;
 };
+
+// Adds --max-record-bytes (data/line_reader.h): the bound on one line or record of
+// line-oriented input, with size suffixes (KiB, MiB, GiB); `value` holds the default.
+CLI::Option* add_max_record_bytes_option(CLI::App& app, uint64_t& value, const std::string& what);
 
 }  // namespace anvil::cli
 

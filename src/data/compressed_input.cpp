@@ -251,6 +251,11 @@ size_t DecompressingBuffer::decode() {
   return 0;
 }
 
+std::string_view DecompressingBuffer::available() {
+  if (gptr() == egptr() && traits_type::eq_int_type(underflow(), traits_type::eof())) return {};
+  return {gptr(), static_cast<size_t>(egptr() - gptr())};
+}
+
 DecompressingBuffer::int_type DecompressingBuffer::underflow() {
   if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
   const size_t produced = decode();

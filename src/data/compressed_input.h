@@ -12,6 +12,7 @@
 #include <memory>
 #include <streambuf>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace anvil {
@@ -47,6 +48,11 @@ class DecompressingBuffer final : public std::streambuf {
   // stream: it ends at byte 5678 inside a frame"). A stream buffer cannot throw through
   // std::getline, so the reader asks after each read.
   const std::string& error() const { return error_; }
+  // Returns the decompressed bytes buffered and not yet consumed, decoding more when none are
+  // (empty at the end of the stream or on an error): readers scan them in place, no copy.
+  std::string_view available();
+  // Marks the first `count` bytes of available() as consumed.
+  void consume(size_t count) { gbump(static_cast<int>(count)); }
 
  protected:
   int_type underflow() override;

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
-#include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -159,11 +159,17 @@ CorpusReader::CorpusReader(std::vector<std::string> files, std::vector<InputPiec
   ANVIL_CHECK(!options_.text_field.empty(), "[prepare] --text-field must not be empty");
   ANVIL_CHECK(!options_.doc_separator || !options_.doc_separator->empty(),
               "[prepare] --doc-separator must not be empty");
+  ANVIL_CHECK(options_.max_record_bytes > 0 && options_.max_record_bytes <= kLargestRecordBound,
+              "[prepare] --max-record-bytes must be between 1 and {} (got {})",
+              kLargestRecordBound, options_.max_record_bytes);
 }
 
 CorpusReader::CorpusReader(std::vector<std::string> files, CorpusOptions options)
-    : CorpusReader(files, plan_pieces(files, options.text_field, kDefaultPieceBytes),
-                   std::move(options)) {}
+    // `options` is copied, not moved: the arguments are evaluated in no fixed order, and
+    // plan_pieces reads it.
+    : CorpusReader(files, plan_pieces(files, options.text_field, kDefaultPieceBytes,
+                                      options.doc_separator.has_value()),
+                   options) {}
 
 CorpusReader::~CorpusReader() = default;
 
@@ -176,14 +182,8 @@ bool CorpusReader::next(Document& doc) {
       got = next_parquet(doc);
     } else if (piece.kind == PieceKind::jsonl) {
       got = next_jsonl(doc);
-    } else if (options_.doc_separator) {
-      got = next_separated(doc);
     } else {
-      got = next_whole_file(doc);
-    }
-    if (buffer_ != nullptr) {
-      check_stream();
-      ANVIL_CHECK(!stream_.bad(), "[prepare] {}: read error", files_[piece.file]);
+      got = next_text(doc);
     }
     if (got) {
       doc.file = piece.file;
@@ -200,13 +200,23 @@ uint64_t CorpusReader::progress_bytes() const {
   const InputPiece& piece = pieces_[current_];
   uint64_t within = 0;
   if (piece.kind == PieceKind::parquet) {
-    within = rows_.texts.empty() ? 0 : piece.bytes * next_row_ / rows_.texts.size();
-  } else if (buffer_ != nullptr) {
+    const auto rows = static_cast<uint64_t>(parquet_->rows_in_group(static_cast<int>(piece.begin)));
+    within = rows == 0 ? 0 : piece.bytes * (rows_before_batch_ + next_row_) / rows;
+  } else if (lines_ != nullptr) {
     const uint64_t opened_at = piece.begin > 0 ? piece.begin - 1 : 0;
-    within = buffer_->file_bytes_read() - opened_at;
+    within = lines_->file_bytes_read() - opened_at;
   }
   return pieces_done_bytes_ + std::min(within, piece.bytes);
 }
+
+namespace {
+
+// Returns true for a file whose content is named .json (compressed or not).
+bool is_json_named(const std::string& path) {
+  return fs::path(strip_compression_suffix(path)).extension() == ".json";
+}
+
+}  // namespace
 
 bool CorpusReader::open_next_piece() {
   if (next_piece_ >= pieces_.size()) return false;
@@ -220,8 +230,11 @@ bool CorpusReader::open_next_piece() {
       parquet_ = std::make_unique<ParquetTextReader>(path, options_.text_field);
       parquet_file_ = piece.file;
     }
-    parquet_->read_group(static_cast<int>(piece.begin), rows_);
+    parquet_->open_group(static_cast<int>(piece.begin));
+    rows_.texts.clear();
+    rows_.present.clear();
     next_row_ = 0;
+    rows_before_batch_ = 0;
     return true;
   }
   parquet_.reset();
@@ -229,23 +242,34 @@ bool CorpusReader::open_next_piece() {
   // A range after the first starts inside a line that the range before owns: open one byte
   // early and drop everything up to the first newline from there.
   const uint64_t opened_at = piece.begin > 0 ? piece.begin - 1 : 0;
-  buffer_ = std::make_unique<DecompressingBuffer>(path, opened_at);
-  stream_.rdbuf(buffer_.get());
-  stream_.clear();
-  next_offset_ = opened_at;
-  if (piece.begin > 0) {
-    std::string partial;
-    std::getline(stream_, partial);
-    check_stream();
-    next_offset_ += partial.size() + 1;
+  lines_ = std::make_unique<LineReader>(path, options_.max_record_bytes, opened_at);
+  if (piece.begin == 0 && (piece.kind == PieceKind::jsonl || is_json_named(path))) {
+    ANVIL_CHECK(!lines_->starts_with_json_array(), "[prepare] {}", json_array_refusal(path));
   }
-  first_offsets_[current_] = next_offset_;
+  if (piece.begin > 0) {
+    std::string none;
+    if (lines_->next_part(none, 0) == LineReader::Part::more) lines_->skip_rest_of_line();
+    check_stream();
+  }
+  lines_before_piece_ = lines_->lines();
+  first_offsets_[current_] = lines_->offset();
+  text_.clear();
+  at_line_start_ = true;
+  piece_ended_ = false;
+  // A text range after the first owns the documents after its first separator line.
+  owning_ = piece.kind != PieceKind::text_range || piece.begin == 0;
+  owned_from_ = lines_->offset();
+  owned_to_ = UINT64_MAX;
   return true;
 }
 
 void CorpusReader::close_piece() {
-  stream_.rdbuf(nullptr);
-  buffer_.reset();
+  if (lines_ != nullptr) {
+    const uint64_t end = std::min(owned_to_, lines_->offset());
+    if (end > owned_from_) bytes_read_ += end - owned_from_;
+  }
+  lines_.reset();
+  std::string().swap(text_);
   rows_.texts.clear();
   rows_.present.clear();
   piece_open_ = false;
@@ -277,32 +301,24 @@ std::string CorpusReader::location(const Document& doc) {
   return fmt::format("{}:{}", files_[piece.file], first_line_of_piece(doc.piece) + doc.line - 1);
 }
 
+uint64_t CorpusReader::piece_line() const {
+  if (lines_ == nullptr) return std::max<uint64_t>(line_number_, 1);
+  return std::max<uint64_t>(lines_->lines() - lines_before_piece_, 1);
+}
+
 std::string CorpusReader::current_location() {
   Document here;
   here.piece = current_;
-  here.line = std::max<uint64_t>(line_number_, 1);
+  here.line = piece_line();
   return location(here);
 }
 
 void CorpusReader::check_stream() {
-  if (buffer_ == nullptr || buffer_->error().empty()) return;
+  if (lines_ == nullptr || lines_->error().empty()) return;
   Document here;
   here.piece = current_;
-  here.line = line_number_ + 1;
-  ANVIL_FAIL("[prepare] {}: {}", location(here), buffer_->error());
-}
-
-bool CorpusReader::read_line(std::string& line) {
-  const InputPiece& piece = pieces_[current_];
-  if (piece.kind == PieceKind::jsonl && next_offset_ >= piece.end) return false;
-  const bool got = static_cast<bool>(std::getline(stream_, line));
-  check_stream();  // a damaged stream's last line is not a line
-  if (!got) return false;
-  ++line_number_;
-  const uint64_t size = line.size() + (stream_.eof() ? 0 : 1);
-  next_offset_ += size;
-  bytes_read_ += size;
-  return true;
+  here.line = piece_line();
+  ANVIL_FAIL("[prepare] {}: {}", location(here), lines_->error());
 }
 
 void CorpusReader::reject_record(const std::string& reason) {
@@ -316,14 +332,26 @@ void CorpusReader::reject_record(const std::string& reason) {
 }
 
 bool CorpusReader::next_parquet(Document& doc) {
-  while (next_row_ < rows_.texts.size()) {
+  while (true) {
+    if (next_row_ == rows_.texts.size()) {
+      rows_before_batch_ += rows_.texts.size();
+      next_row_ = 0;
+      if (!parquet_->next_batch(rows_)) return false;
+      continue;
+    }
     const size_t row = next_row_++;
-    line_number_ = row + 1;
+    line_number_ = rows_before_batch_ + row + 1;
     if (!rows_.present[row]) {
       reject_record("field '" + options_.text_field + "' is null");
       continue;
     }
     bytes_read_ += rows_.texts[row].size();
+    if (rows_.texts[row].size() > options_.max_record_bytes) {
+      reject_record(fmt::format("its text is longer than --max-record-bytes {}",
+                                describe_record_bound(options_.max_record_bytes)));
+      std::string().swap(rows_.texts[row]);
+      continue;
+    }
     if (is_blank(rows_.texts[row])) {
       ++blank_documents_;
       continue;
@@ -332,12 +360,21 @@ bool CorpusReader::next_parquet(Document& doc) {
     doc.line = line_number_;
     return true;
   }
-  return false;
 }
 
 bool CorpusReader::next_jsonl(Document& doc) {
+  const InputPiece& piece = pieces_[current_];
   std::string line;
-  while (read_line(line)) {
+  while (lines_->offset() < piece.end) {
+    const LineReader::Read read = lines_->next(line);
+    check_stream();  // a damaged stream's last line is not a line
+    if (read == LineReader::Read::end) break;
+    if (read == LineReader::Read::too_long) {
+      reject_record(fmt::format("the record at {} is longer than --max-record-bytes {}",
+                                lines_->describe_offset(lines_->line_offset()),
+                                describe_record_bound(options_.max_record_bytes)));
+      continue;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (is_blank(line)) continue;
     nlohmann::json record;
@@ -369,37 +406,42 @@ bool CorpusReader::next_jsonl(Document& doc) {
       continue;
     }
     doc.text = std::move(text);
-    doc.line = line_number_;
+    doc.line = piece_line();
     return true;
   }
+  owned_to_ = lines_->offset();
   return false;
 }
 
-bool CorpusReader::next_separated(Document& doc) {
-  std::string line;
-  std::string piece;
-  uint64_t first_line = 0;
-  bool any_line = false;
-  while (read_line(line)) {
-    any_line = true;
-    const bool had_newline = !stream_.eof();
-    std::string_view content(line);
-    if (!content.empty() && content.back() == '\r') content.remove_suffix(1);
-    if (content == *options_.doc_separator) {
-      if (!is_blank(piece)) {
-        doc.text = std::move(piece);
-        doc.line = first_line;
-        return true;
-      }
-      if (!piece.empty()) ++blank_documents_;
-      piece.clear();
-      continue;
+bool CorpusReader::take_text(Document& doc, bool document_ended) {
+  const size_t bound = options_.max_record_bytes;
+  size_t cut = text_.size();
+  if (text_.size() > bound) {
+    // A document longer than the bound: its first piece ends after the last whitespace byte
+    // inside the bound (a byte no UTF-8 sequence contains, so no character is split).
+    const size_t last_space = text_.find_last_of(" \t\n\r\v\f", bound - 1);
+    if (last_space == std::string::npos) {
+      reject_record(fmt::format(
+          "no whitespace in {} of text (a document longer than --max-record-bytes is cut at "
+          "whitespace; this is not text)",
+          describe_record_bound(bound)));
+      text_.erase(0, bound);  // no newline in there either: the first line stays right
+      return false;
     }
-    if (piece.empty()) first_line = line_number_;
-    piece += line;
-    if (had_newline) piece += '\n';
+    cut = last_space + 1;
+  } else if (!document_ended) {
+    return false;
   }
-  if (!any_line) return false;
+  const uint64_t first_line = text_first_line_;
+  text_first_line_ += static_cast<uint64_t>(std::count(text_.begin(), text_.begin() + cut, '\n'));
+  std::string piece;
+  if (cut == text_.size()) {
+    piece = std::move(text_);
+    text_.clear();
+  } else {
+    piece = text_.substr(0, cut);
+    text_.erase(0, cut);
+  }
   if (is_blank(piece)) {
     if (!piece.empty()) ++blank_documents_;
     return false;
@@ -409,21 +451,74 @@ bool CorpusReader::next_separated(Document& doc) {
   return true;
 }
 
-bool CorpusReader::next_whole_file(Document& doc) {
-  if (line_number_ != 0) return false;  // this file's single document was already read
-  std::ostringstream contents;
-  contents << stream_.rdbuf();
-  check_stream();
-  line_number_ = 1;
-  std::string text = std::move(contents).str();
-  bytes_read_ += text.size();
-  if (is_blank(text)) {
-    ++blank_documents_;
+bool CorpusReader::at_separator() {
+  const InputPiece& piece = pieces_[current_];
+  const uint64_t separator_at = lines_->line_offset();
+  if (!owning_) {
+    if (separator_at >= piece.end) {
+      owned_to_ = owned_from_;  // the range holds no document start: nothing of it is its own
+      return false;
+    }
+    owning_ = true;
+    owned_from_ = separator_at;
+    return true;
+  }
+  if (piece.kind == PieceKind::text_range && separator_at >= piece.end) {
+    owned_to_ = separator_at;
     return false;
   }
-  doc.text = std::move(text);
-  doc.line = 1;
   return true;
+}
+
+bool CorpusReader::next_text(Document& doc) {
+  const std::optional<std::string>& separator = options_.doc_separator;
+  const size_t bound = options_.max_record_bytes;
+  while (true) {
+    if (text_.size() > bound) {
+      if (take_text(doc, false)) return true;
+      continue;
+    }
+    if (piece_ended_) return !text_.empty() && take_text(doc, true);
+    // Room for one byte past the bound (to see that a document is longer), and at least for
+    // a separator line with its '\r' (so one is never split across reads).
+    const size_t room = std::max(bound + 1 - text_.size(),
+                                 separator ? separator->size() + 2 : size_t{1});
+    const size_t before = text_.size();
+    const bool line_start = at_line_start_;
+    const LineReader::Part part = lines_->next_part(text_, room);
+    check_stream();
+    if (part == LineReader::Part::input_end) {
+      piece_ended_ = true;
+      owned_to_ = std::min(owned_to_, lines_->offset());
+      // An empty file read as one document is a blank document, as a whitespace one is.
+      if (pieces_[current_].kind == PieceKind::whole_file && !separator && lines_->offset() == 0)
+        ++blank_documents_;
+      continue;
+    }
+    at_line_start_ = part == LineReader::Part::line_end;
+    if (before == 0) text_first_line_ = piece_line();
+    if (separator && line_start && part == LineReader::Part::line_end) {
+      std::string_view content = std::string_view(text_).substr(before);
+      if (!content.empty() && content.back() == '\r') content.remove_suffix(1);
+      if (content == *separator) {
+        text_.resize(before);
+        const bool was_owning = owning_;
+        if (!at_separator()) {
+          piece_ended_ = true;
+          continue;
+        }
+        if (was_owning) {
+          // The separator ends a document: hand it out (or count it as blank) as a whole.
+          const bool got = take_text(doc, true);
+          text_.clear();
+          if (got) return true;
+        }
+        continue;
+      }
+    }
+    if (part == LineReader::Part::line_end && lines_->ended_with_newline()) text_ += '\n';
+    if (!owning_) text_.clear();  // the range before owns this document
+  }
 }
 
 }  // namespace anvil

@@ -12,10 +12,17 @@
 // file that starts with "PAR1" is Parquet (parquet_input.h): each row's --text-field column is
 // a document, and a null there is a bad record. Folder walks do not skip compressed or Parquet
 // files as binary.
+//
+// Every line-oriented file is read through LineReader (line_reader.h), bounded by
+// max_record_bytes: a longer JSON Lines record is a bad record (an error, or skipped and
+// counted under --on-error skip) and is never held in memory. A text document longer than the
+// bound is read in pieces of at most the bound, each cut after the last whitespace byte
+// inside it and prepared as a document of its own (docs/data.md says why); a piece with no
+// whitespace at all is a bad record. A JSON Lines (or .json) file holding a JSON array is
+// refused with how to convert it.
 #pragma once
 
 #include <cstdint>
-#include <istream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +30,7 @@
 
 #include "data/compressed_input.h"
 #include "data/input_pieces.h"
+#include "data/line_reader.h"
 #include "data/parquet_input.h"
 
 namespace anvil {
@@ -47,6 +55,7 @@ struct CorpusOptions {
   std::string text_field = "text";
   std::optional<std::string> doc_separator;  // a line equal to this splits text files
   bool skip_bad_records = false;             // --on-error skip: warn and go on
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;  // --max-record-bytes
 };
 
 struct Document {
@@ -86,17 +95,23 @@ class CorpusReader {
  private:
   bool open_next_piece();
   void close_piece();
-  bool read_line(std::string& line);
   bool next_jsonl(Document& doc);
-  bool next_separated(Document& doc);
-  bool next_whole_file(Document& doc);
+  bool next_text(Document& doc);
   bool next_parquet(Document& doc);
+  // Handles a separator line of a text piece; returns false when it ends the piece (a range's
+  // first separator at or past its end).
+  bool at_separator();
+  // Moves the current text document (or, when it is longer than the bound, its first piece)
+  // into `doc`; returns false when that was blank or a bad record instead.
+  bool take_text(Document& doc, bool document_ended);
   void reject_record(const std::string& reason);
   // Returns the file line where piece `p` starts (counted once, when an error needs it).
   uint64_t first_line_of_piece(size_t p);
   std::string current_location();
   // Throws "[prepare] file:line: ..." when the current file's decompression failed.
   void check_stream();
+  // Returns the line number inside the current piece of the line being read.
+  uint64_t piece_line() const;
 
   std::vector<std::string> files_;
   std::vector<InputPiece> pieces_;
@@ -104,14 +119,24 @@ class CorpusReader {
   size_t next_piece_ = 0;
   size_t current_ = 0;  // piece being read
   bool piece_open_ = false;
-  std::unique_ptr<DecompressingBuffer> buffer_;
+  std::unique_ptr<LineReader> lines_;
+  uint64_t lines_before_piece_ = 0;  // lines_->lines() at the piece's first line
   std::unique_ptr<ParquetTextReader> parquet_;
   size_t parquet_file_ = SIZE_MAX;  // file parquet_ has open
-  ParquetRows rows_;
-  size_t next_row_ = 0;
-  std::istream stream_{nullptr};
-  uint64_t line_number_ = 0;   // lines read in the current piece
-  uint64_t next_offset_ = 0;   // file offset of the next line
+  ParquetRows rows_;               // the current batch of the open row group
+  size_t next_row_ = 0;            // in rows_
+  uint64_t rows_before_batch_ = 0;  // rows of the group read before rows_
+  uint64_t line_number_ = 0;   // Parquet: rows read in the current group; text: documents
+  // The current text document: its bytes so far, its first line, whether the next read starts
+  // a line, whether this piece owns the document (a range owns those after its first
+  // separator), and whether the piece has ended.
+  std::string text_;
+  uint64_t text_first_line_ = 0;
+  bool at_line_start_ = true;
+  bool owning_ = true;
+  bool piece_ended_ = false;
+  uint64_t owned_from_ = 0;  // file offset where the piece's own bytes start
+  uint64_t owned_to_ = 0;    // and end (set when the piece ends)
   std::vector<uint64_t> first_lines_;    // per piece: file line of its first line, 0 until counted
   std::vector<uint64_t> first_offsets_;  // per piece: file offset of its first line
   uint64_t bytes_read_ = 0;

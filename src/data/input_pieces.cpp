@@ -45,7 +45,8 @@ PartSpec parse_part(const std::string& text) {
 }
 
 std::vector<InputPiece> plan_pieces(const std::vector<std::string>& files,
-                                    const std::string& text_field, uint64_t range_bytes) {
+                                    const std::string& text_field, uint64_t range_bytes,
+                                    bool split_text) {
   ANVIL_CHECK(range_bytes > 0, "[prepare] piece size must be at least one byte");
   std::vector<InputPiece> pieces;
   for (size_t f = 0; f < files.size(); ++f) {
@@ -62,18 +63,21 @@ std::vector<InputPiece> plan_pieces(const std::vector<std::string>& files,
       }
       continue;
     }
-    if (!is_jsonl_path(files[f])) {
-      pieces.push_back(InputPiece{f, PieceKind::whole_file, 0, size, size});
+    const bool jsonl = is_jsonl_path(files[f]);
+    const bool compressed = detect_compression(files[f]) != Compression::none;
+    if (!jsonl && (!split_text || compressed)) {
+      pieces.push_back(InputPiece{f, PieceKind::whole_file, 0, UINT64_MAX, size});
       continue;
     }
-    if (detect_compression(files[f]) != Compression::none) {
-      pieces.push_back(InputPiece{f, PieceKind::jsonl, 0, UINT64_MAX, size});
+    const PieceKind kind = jsonl ? PieceKind::jsonl : PieceKind::text_range;
+    if (compressed) {  // a compressed stream cannot be entered in the middle
+      pieces.push_back(InputPiece{f, kind, 0, UINT64_MAX, size});
       continue;
     }
     uint64_t begin = 0;
     do {
       const uint64_t end = size - begin > range_bytes ? begin + range_bytes : size;
-      pieces.push_back(InputPiece{f, PieceKind::jsonl, begin, end, end - begin});
+      pieces.push_back(InputPiece{f, kind, begin, end, end - begin});
       begin = end;
     } while (begin < size);
   }

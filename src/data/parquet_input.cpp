@@ -16,11 +16,12 @@
 #include <arrow/array.h>
 #include <arrow/io/file.h>
 #include <arrow/memory_pool.h>
-#include <arrow/table.h>
+#include <arrow/record_batch.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 #include <parquet/metadata.h>
+#include <parquet/properties.h>
 #include <parquet/schema.h>
 #endif
 
@@ -59,6 +60,8 @@ struct ParquetTextReader::Impl {
   std::unique_ptr<parquet::arrow::FileReader> reader;
   std::shared_ptr<parquet::FileMetaData> metadata;
   int column = -1;
+  int group = -1;  // the open row group
+  std::unique_ptr<arrow::RecordBatchReader> batches;
 
   template <typename T>
   T unwrap(arrow::Result<T> result, const char* what) {
@@ -73,9 +76,23 @@ ParquetTextReader::ParquetTextReader(const std::string& path, const std::string&
   impl_->path = path;
   impl_->text_field = text_field;
   auto file = impl_->unwrap(arrow::io::ReadableFile::Open(path), "cannot open");
+  // Pages are read as they are decoded (a buffered stream) instead of each column chunk
+  // whole, and nothing is pre-buffered: memory follows the batch, not the row group.
+  parquet::ReaderProperties properties = parquet::default_reader_properties();
+  properties.enable_buffered_stream();
+  properties.set_buffer_size(int64_t{1} << 20);
+  parquet::ArrowReaderProperties arrow_properties = parquet::default_arrow_reader_properties();
+  arrow_properties.set_batch_size(kParquetBatchRows);
+  arrow_properties.set_pre_buffer(false);
+  arrow_properties.set_use_threads(false);
   try {
-    impl_->reader = impl_->unwrap(parquet::arrow::OpenFile(file, arrow::default_memory_pool()),
-                                  "not a readable Parquet file");
+    parquet::arrow::FileReaderBuilder builder;
+    const arrow::Status opened = builder.Open(file, properties);
+    ANVIL_CHECK(opened.ok(), "[prepare] {}: not a readable Parquet file: {}", path,
+                one_line(opened.ToString()));
+    impl_->reader = impl_->unwrap(
+        builder.memory_pool(arrow::default_memory_pool())->properties(arrow_properties)->Build(),
+        "not a readable Parquet file");
     impl_->metadata = impl_->reader->parquet_reader()->metadata();
   } catch (const parquet::ParquetException& e) {
     ANVIL_FAIL("[prepare] {}: not a readable Parquet file: {}", path, one_line(e.what()));
@@ -111,36 +128,52 @@ uint64_t ParquetTextReader::group_bytes(int group) const {
   return static_cast<uint64_t>(impl_->metadata->RowGroup(group)->total_compressed_size());
 }
 
-void ParquetTextReader::read_group(int group, ParquetRows& rows) {
-  std::shared_ptr<arrow::Table> table;
+void ParquetTextReader::open_group(int group) {
+  impl_->batches.reset();
   try {
-    table = impl_->unwrap(impl_->reader->ReadRowGroup(group, {impl_->column}),
-                          "cannot read row group");
+    impl_->batches = impl_->unwrap(impl_->reader->GetRecordBatchReader({group}, {impl_->column}),
+                                   "cannot read row group");
   } catch (const parquet::ParquetException& e) {
     ANVIL_FAIL("[prepare] {}: row group {}: {}", impl_->path, group, one_line(e.what()));
   }
+  impl_->group = group;
+}
+
+bool ParquetTextReader::next_batch(ParquetRows& rows) {
   rows.texts.clear();
   rows.present.clear();
-  const std::shared_ptr<arrow::ChunkedArray> column = table->column(0);
-  rows.texts.reserve(static_cast<size_t>(column->length()));
-  for (const std::shared_ptr<arrow::Array>& chunk : column->chunks()) {
-    for (int64_t i = 0; i < chunk->length(); ++i) {
-      const bool present = chunk->IsValid(i);
-      rows.present.push_back(present ? 1 : 0);
-      if (!present) {
-        rows.texts.emplace_back();
-      } else if (chunk->type_id() == arrow::Type::LARGE_STRING) {
-        rows.texts.emplace_back(static_cast<const arrow::LargeStringArray&>(*chunk).GetView(i));
-      } else if (chunk->type_id() == arrow::Type::STRING) {
-        rows.texts.emplace_back(static_cast<const arrow::StringArray&>(*chunk).GetView(i));
-      } else if (chunk->type_id() == arrow::Type::BINARY) {
-        rows.texts.emplace_back(static_cast<const arrow::BinaryArray&>(*chunk).GetView(i));
-      } else {
-        ANVIL_FAIL("[prepare] {}: column '{}' reads as {}, not strings", impl_->path,
-                   impl_->text_field, chunk->type()->ToString());
-      }
+  if (impl_->batches == nullptr) return false;
+  std::shared_ptr<arrow::RecordBatch> batch;
+  try {
+    const arrow::Status read = impl_->batches->ReadNext(&batch);
+    ANVIL_CHECK(read.ok(), "[prepare] {}: row group {}: {}", impl_->path, impl_->group,
+                one_line(read.ToString()));
+  } catch (const parquet::ParquetException& e) {
+    ANVIL_FAIL("[prepare] {}: row group {}: {}", impl_->path, impl_->group, one_line(e.what()));
+  }
+  if (batch == nullptr) {
+    impl_->batches.reset();
+    return false;
+  }
+  const std::shared_ptr<arrow::Array> chunk = batch->column(0);
+  rows.texts.reserve(static_cast<size_t>(chunk->length()));
+  for (int64_t i = 0; i < chunk->length(); ++i) {
+    const bool present = chunk->IsValid(i);
+    rows.present.push_back(present ? 1 : 0);
+    if (!present) {
+      rows.texts.emplace_back();
+    } else if (chunk->type_id() == arrow::Type::LARGE_STRING) {
+      rows.texts.emplace_back(static_cast<const arrow::LargeStringArray&>(*chunk).GetView(i));
+    } else if (chunk->type_id() == arrow::Type::STRING) {
+      rows.texts.emplace_back(static_cast<const arrow::StringArray&>(*chunk).GetView(i));
+    } else if (chunk->type_id() == arrow::Type::BINARY) {
+      rows.texts.emplace_back(static_cast<const arrow::BinaryArray&>(*chunk).GetView(i));
+    } else {
+      ANVIL_FAIL("[prepare] {}: column '{}' reads as {}, not strings", impl_->path,
+                 impl_->text_field, chunk->type()->ToString());
     }
   }
+  return true;
 }
 
 #else  // no Arrow in this build
@@ -159,7 +192,8 @@ ParquetTextReader::~ParquetTextReader() = default;
 int ParquetTextReader::row_groups() const { return 0; }
 int64_t ParquetTextReader::rows_in_group(int) const { return 0; }
 uint64_t ParquetTextReader::group_bytes(int) const { return 0; }
-void ParquetTextReader::read_group(int, ParquetRows&) {}
+void ParquetTextReader::open_group(int) {}
+bool ParquetTextReader::next_batch(ParquetRows&) { return false; }
 
 #endif
 

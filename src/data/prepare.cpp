@@ -255,7 +255,8 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
     log_warn("[prepare] skipped {} binary files in input folders (first: {})",
              inputs.skipped_binary.size(), inputs.skipped_binary.front());
   std::vector<InputPiece> pieces =
-      plan_pieces(inputs.files, options.text_field, options.piece_bytes);
+      plan_pieces(inputs.files, options.text_field, options.piece_bytes,
+                  options.doc_separator.has_value());
   const nlohmann::ordered_json shared = shared_meta(options, tokenizer, adds_bos, inputs);
   fs::path out_dir = options.out_dir;
   if (options.part) {
@@ -278,7 +279,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const Tokenizer& t
 
   CorpusReader reader(inputs.files, pieces,
                       CorpusOptions{options.text_field, options.doc_separator,
-                                    options.skip_bad_records});
+                                    options.skip_bad_records, options.max_record_bytes});
   PrepareSummary summary;
   Progress progress(options.show_progress, total_bytes);
   std::vector<Document> chunk;

@@ -45,7 +45,8 @@ struct PrepareOptions {
   bool replace_existing = false;  // --force: replace a non-empty --out (or --part folder)
   bool show_progress = true;
   std::optional<PartSpec> part;  // --part i/N
-  uint64_t piece_bytes = kDefaultPieceBytes;  // JSON Lines files are read in ranges of this
+  uint64_t piece_bytes = kDefaultPieceBytes;  // JSON Lines and split text files: range size
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;  // --max-record-bytes (corpus.h)
 };
 
 struct PrepareSummary {

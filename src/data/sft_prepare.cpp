@@ -1,7 +1,7 @@
-// `anvil prepare --sft` pipeline: read the records of each JSONL file, render them in parallel
-// (results kept in record order, so the output is identical for any thread count), reject bad
-// ones (render errors, over-long), pad when packing is off, append each example to its split,
-// write meta.json and publish the folder atomically.
+// `anvil prepare --sft` pipeline: read the records of each JSONL file in chunks, render each
+// chunk in parallel (results kept in record order, so the output is identical for any thread
+// count), reject bad ones (render errors, over-long), pad when packing is off, append each
+// example to its split, write meta.json and publish the folder atomically.
 #include "data/sft_prepare.h"
 
 #include <algorithm>
@@ -30,6 +30,11 @@
 namespace anvil {
 namespace fs = std::filesystem;
 namespace {
+
+// Records read and rendered together: enough to keep every thread busy, few enough (and at
+// most about kChunkBytes of message text) that memory does not grow with the file.
+constexpr size_t kChunkRecords = 4096;
+constexpr size_t kChunkBytes = size_t{8} << 20;
 
 // The parts of one split. When padding, the newest example is held back so the split's last
 // example can gain the one extra pad token its last window needs as a target.
@@ -192,44 +197,69 @@ SftPrepareSummary prepare_sft_dataset(const SftPrepareOptions& options,
 
   const bool skip = options.on_error == SftOnError::skip;
   std::vector<uint64_t> examples_per_file;
+  std::vector<SftRecord> records;
+  std::vector<SftBadRecord> bad;
+  std::vector<RenderResult> rendered;
   for (const std::string& file : inputs.files) {
-    SftFileRecords read = read_sft_file(file);
-    const std::vector<SftRecord>& records = read.records;
-    summary.records += records.size();
-    std::vector<RenderResult> rendered(records.size());
-    const auto count = static_cast<int64_t>(records.size());
+    SftRecordReader reader(file, options.max_record_bytes);
+    uint64_t written = 0, skipped = 0;
+    bool more = true;
+    while (more) {
+      // A chunk of records is read, rendered in parallel and written, so memory holds a chunk
+      // (and one record of at most the bound), not the file.
+      records.clear();
+      bad.clear();
+      size_t chunk_bytes = 0;
+      SftRecord record;
+      SftBadRecord bad_record;
+      while (records.size() < kChunkRecords && chunk_bytes < kChunkBytes) {
+        const SftRecordReader::Next next = reader.next(record, bad_record);
+        if (next == SftRecordReader::Next::end) {
+          more = false;
+          break;
+        }
+        if (next == SftRecordReader::Next::bad) {
+          bad.push_back(std::move(bad_record));
+          continue;
+        }
+        for (const ChatMessage& message : record.messages) chunk_bytes += message.content.size();
+        records.push_back(std::move(record));
+      }
+      summary.records += records.size();
+      rendered.assign(records.size(), RenderResult{});
+      const auto count = static_cast<int64_t>(records.size());
 #pragma omp parallel for schedule(dynamic, 16)
-    for (int64_t i = 0; i < count; ++i)
-      rendered[i] = render_record(records[i], summary.chat_template, tokenizer,
-                                  options.max_tokens);
-    // Bad records of both kinds (unparsable, unrenderable) are reported in line order.
-    std::vector<SftBadRecord>& bad = read.bad;
-    for (size_t i = 0; i < records.size(); ++i)
-      if (!rendered[i].error.empty()) bad.push_back({records[i].line, rendered[i].error});
-    std::sort(bad.begin(), bad.end(),
-              [](const SftBadRecord& a, const SftBadRecord& b) { return a.line < b.line; });
-    for (const SftBadRecord& record : bad) {
-      ANVIL_CHECK(skip, "[sft] {}:{}: {}", file, record.line, record.reason);
-      log_warn("[sft] {}:{}: {} (record skipped)", file, record.line, record.reason);
+      for (int64_t i = 0; i < count; ++i)
+        rendered[i] = render_record(records[i], summary.chat_template, tokenizer,
+                                    options.max_tokens);
+      // Bad records of both kinds (unparsable, unrenderable) are reported in line order.
+      for (size_t i = 0; i < records.size(); ++i)
+        if (!rendered[i].error.empty()) bad.push_back({records[i].line, rendered[i].error});
+      std::sort(bad.begin(), bad.end(),
+                [](const SftBadRecord& a, const SftBadRecord& b) { return a.line < b.line; });
+      for (const SftBadRecord& record : bad) {
+        ANVIL_CHECK(skip, "[sft] {}:{}: {}", file, record.line, record.reason);
+        log_warn("[sft] {}:{}: {} (record skipped)", file, record.line, record.reason);
+      }
+      skipped += bad.size();
+      for (size_t i = 0; i < records.size(); ++i) {
+        RenderResult& result = rendered[i];
+        if (!result.error.empty()) continue;
+        for (uint8_t bit : result.example.loss_mask) summary.loss_tokens += bit;
+        if (!options.packing)
+          summary.padding_tokens += pad_to_windows(result.example, options.seq_len, pad_id);
+        const int split =
+            split_of_document(summary.examples, options.seed, options.split_ratios);
+        summary.tokens += result.example.tokens.size();
+        outputs[split].add(std::move(result.example));
+        summary.examples += 1;
+        written += 1;
+      }
     }
-    summary.skipped_records += bad.size();
-    uint64_t written = 0;
-    for (size_t i = 0; i < records.size(); ++i) {
-      RenderResult& result = rendered[i];
-      if (!result.error.empty()) continue;
-      for (uint8_t bit : result.example.loss_mask) summary.loss_tokens += bit;
-      if (!options.packing)
-        summary.padding_tokens += pad_to_windows(result.example, options.seq_len, pad_id);
-      const int split = split_of_document(summary.examples, options.seed, options.split_ratios);
-      summary.tokens += result.example.tokens.size();
-      outputs[split].add(std::move(result.example));
-      summary.examples += 1;
-      written += 1;
-    }
+    summary.skipped_records += skipped;
     examples_per_file.push_back(written);
     if (options.show_progress)
-      log_info("prepare --sft: {}: {} examples, {} bad records skipped", file, written,
-               bad.size());
+      log_info("prepare --sft: {}: {} examples, {} bad records skipped", file, written, skipped);
   }
   ANVIL_CHECK(summary.examples > 0,
               "[sft] no examples: {} input file(s) hold {} valid records ({} bad records "

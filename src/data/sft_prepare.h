@@ -38,6 +38,7 @@ struct SftPrepareOptions {
   int64_t seq_len = 0;  // the training sequence length; required when packing is false
   bool force = false;   // replace a non-empty out_dir
   bool show_progress = true;  // one stdout line per input file
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;  // --max-record-bytes (line_reader.h)
 };
 
 struct SftPrepareSummary {

@@ -2,7 +2,9 @@
 // here covers everything that needs no tokenizer; over-long examples are found when rendering.
 #include "data/sft_records.h"
 
-#include <fstream>
+#include <algorithm>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -95,30 +97,59 @@ std::vector<ChatMessage> parse_sft_record(std::string_view line) {
   return messages;
 }
 
-SftFileRecords read_sft_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ANVIL_CHECK(in.good(), "[sft] cannot open {}", path);
-  SftFileRecords out;
-  std::string line;
-  uint64_t line_number = 0;
-  while (std::getline(in, line)) {
-    ++line_number;
-    if (is_blank(line)) continue;
+SftRecordReader::SftRecordReader(const std::string& path, uint64_t max_record_bytes)
+    : lines_(path, max_record_bytes) {
+  ANVIL_CHECK(!lines_.starts_with_json_array(), "[sft] {}", json_array_refusal(path));
+}
+
+SftRecordReader::Next SftRecordReader::next(SftRecord& record, SftBadRecord& bad) {
+  while (true) {
+    const LineReader::Read read = lines_.next(line_);
+    ANVIL_CHECK(lines_.error().empty(), "[sft] {}:{}: {}", lines_.path(),
+                std::max<uint64_t>(lines_.lines(), 1), lines_.error());
+    if (read == LineReader::Read::end) return Next::end;
+    if (read == LineReader::Read::too_long) {
+      bad = {lines_.lines(),
+             fmt::format("the record at {} is longer than --max-record-bytes {}",
+                         lines_.describe_offset(lines_.line_offset()),
+                         describe_record_bound(lines_.max_line_bytes()))};
+      return Next::bad;
+    }
+    if (is_blank(line_)) continue;
     try {
-      out.records.push_back({parse_sft_record(line), path, line_number});
+      record.messages = parse_sft_record(line_);
+      record.file = lines_.path();
+      record.line = lines_.lines();
+      return Next::record;
     } catch (const Error& e) {
       std::string_view reason = e.what();
       if (reason.starts_with("[sft] ")) reason.remove_prefix(6);
-      out.bad.push_back({line_number, std::string(reason)});
+      bad = {lines_.lines(), std::string(reason)};
+      return Next::bad;
     }
   }
-  ANVIL_CHECK(in.eof(), "[sft] error reading {}", path);
+}
+
+SftFileRecords read_sft_file(const std::string& path, uint64_t max_record_bytes) {
+  SftRecordReader reader(path, max_record_bytes);
+  SftFileRecords out;
+  SftRecord record;
+  SftBadRecord bad;
+  while (true) {
+    const SftRecordReader::Next next = reader.next(record, bad);
+    if (next == SftRecordReader::Next::end) break;
+    if (next == SftRecordReader::Next::record) {
+      out.records.push_back(std::move(record));
+    } else {
+      out.bad.push_back(std::move(bad));
+    }
+  }
   return out;
 }
 
 std::vector<SftRecord> read_sft_records(const std::string& path, bool skip_bad_records,
-                                        uint64_t* skipped) {
-  SftFileRecords file = read_sft_file(path);
+                                        uint64_t* skipped, uint64_t max_record_bytes) {
+  SftFileRecords file = read_sft_file(path, max_record_bytes);
   for (const SftBadRecord& bad : file.bad) {
     ANVIL_CHECK(skip_bad_records, "[sft] {}:{}: {}", path, bad.line, bad.reason);
     log_warn("[sft] {}:{}: {} (record skipped)", path, bad.line, bad.reason);

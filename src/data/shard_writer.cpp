@@ -19,6 +19,51 @@ constexpr size_t kWriteBufferBytes = size_t{1} << 20;
 
 }  // namespace
 
+SpillFile::SpillFile(const std::string& path, const std::string& shard) : shard_(shard) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC, 0600);
+  ANVIL_CHECK(fd_ >= 0, "[shard] {}: cannot create scratch file {}: {}", shard_, path,
+              std::strerror(errno));
+  ::unlink(path.c_str());
+  buffer_.reserve(kWriteBufferBytes);
+}
+
+SpillFile::~SpillFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SpillFile::append(const void* data, size_t size) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  buffer_.insert(buffer_.end(), bytes, bytes + size);
+  if (buffer_.size() >= kWriteBufferBytes) flush();
+}
+
+void SpillFile::flush() {
+  size_t done = 0;
+  while (done < buffer_.size()) {
+    const ssize_t n = ::pwrite(fd_, buffer_.data() + done, buffer_.size() - done,
+                               static_cast<off_t>(written_ + done));
+    if (n < 0 && errno == EINTR) continue;
+    ANVIL_CHECK(n > 0, "[shard] {}: writing scratch data failed: {}", shard_,
+                std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  written_ += buffer_.size();
+  buffer_.clear();
+}
+
+size_t SpillFile::read_at(uint64_t offset, uint8_t* out, size_t size) {
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(size, written_ - offset));
+  size_t done = 0;
+  while (done < want) {
+    const ssize_t n = ::pread(fd_, out + done, want - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    ANVIL_CHECK(n > 0, "[shard] {}: reading scratch data back failed: {}", shard_,
+                n < 0 ? std::strerror(errno) : "the file is shorter than written");
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
 ShardWriter::ShardWriter(std::string path, const ShardWriterOptions& options)
     : path_(std::move(path)) {
   ANVIL_CHECK(options.vocab_size > 0, "[shard] {}: vocabulary size must be positive", path_);
@@ -40,6 +85,9 @@ ShardWriter::ShardWriter(std::string path, const ShardWriterOptions& options)
   temp_path_ = path_ + ".tmp-" + std::to_string(getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ANVIL_CHECK(fd_ >= 0, "[shard] {}: cannot create file: {}", path_, std::strerror(errno));
+  doc_offsets_ = std::make_unique<SpillFile>(temp_path_ + ".offsets", path_);
+  if (options.with_loss_mask)
+    loss_mask_ = std::make_unique<SpillFile>(temp_path_ + ".mask", path_);
   checksum_ = XXH64_createState();
   XXH64_reset(checksum_, 0);
   buffer_.reserve(kWriteBufferBytes);
@@ -100,8 +148,10 @@ void ShardWriter::add_document(std::span<const int32_t> tokens,
   }
   for (uint8_t m : loss_mask)
     ANVIL_CHECK(m <= 1, "[shard] {}: loss mask values must be 0 or 1, got {}", path_, m);
-  loss_mask_.insert(loss_mask_.end(), loss_mask.begin(), loss_mask.end());
-  doc_offsets_.push_back(header_.token_count);
+  if (loss_mask_ != nullptr) loss_mask_->append(loss_mask.data(), loss_mask.size());
+  uint8_t offset[8];
+  for (int b = 0; b < 8; ++b) offset[b] = static_cast<uint8_t>(header_.token_count >> (8 * b));
+  doc_offsets_->append(offset, sizeof(offset));
   header_.token_count += tokens.size();
   header_.document_count += 1;
 }
@@ -111,12 +161,9 @@ void ShardWriter::finish() {
   const uint64_t token_section = header_.token_count * header_.token_bytes;
   const std::array<uint8_t, 8> zeros{};
   write_bytes(zeros.data(), (8 - token_section % 8) % 8, true);
-  for (uint64_t offset : doc_offsets_) {
-    uint8_t le[8];
-    for (int b = 0; b < 8; ++b) le[b] = static_cast<uint8_t>(offset >> (8 * b));
-    write_bytes(le, sizeof(le), true);
-  }
-  if (header_.has_loss_mask()) write_bytes(loss_mask_.data(), loss_mask_.size(), true);
+  const auto copy = [this](const uint8_t* block, size_t size) { write_bytes(block, size, true); };
+  doc_offsets_->read_back(copy);
+  if (loss_mask_ != nullptr) loss_mask_->read_back(copy);
   flush_buffer();
   header_.payload_checksum = XXH64_digest(checksum_);
   const auto header_bytes = encode_shard_header(header_);

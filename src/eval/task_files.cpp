@@ -1,14 +1,18 @@
-// Task file readers (see task_files.h). CSV parsing is libcsv's (RFC 4180: quoted fields may
-// hold commas, doubled quotes and newlines); records are fed one line at a time so each keeps
-// the line it starts on.
+// Task file readers (see task_files.h). Lines come from LineReader (data/line_reader.h): task
+// files may be gzip, zstd or xz compressed, and a line is bounded before it is held. CSV
+// parsing is libcsv's (RFC 4180: quoted fields may hold commas, doubled quotes and newlines);
+// records are fed one line at a time so each keeps the line it starts on.
 #include "eval/task_files.h"
 
 #include <csv.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
+#include <memory>
 
 #include "core/error.h"
+#include "data/line_reader.h"
 
 namespace anvil {
 
@@ -64,16 +68,42 @@ int TaskRecord::index(const char* key, int count, bool letters) const {
   return static_cast<int>(index);
 }
 
-std::vector<TaskRecord> read_json_lines(const std::filesystem::path& file, int64_t limit) {
-  std::ifstream in(file, std::ios::binary);
-  ANVIL_CHECK(in.good(), "[eval] {}: cannot open the task file", file.string());
+namespace {
+
+// Opens a task file for line reading (compressed or not, lines bounded); throws naming it.
+std::unique_ptr<LineReader> open_task_file(const std::filesystem::path& file, const char* what,
+                                           uint64_t max_record_bytes) {
+  std::ifstream probe(file, std::ios::binary);
+  ANVIL_CHECK(probe.good(), "[eval] {}: cannot open the {}", file.string(), what);
+  return std::make_unique<LineReader>(file.string(), max_record_bytes);
+}
+
+// Reads the next line of a task file; false at its end. A damaged stream or a line over the
+// bound is one error naming the file and line.
+bool next_task_line(LineReader& lines, std::string& line) {
+  const LineReader::Read read = lines.next(line);
+  ANVIL_CHECK(lines.error().empty(), "[eval] {}:{}: {}", lines.path(),
+              std::max<uint64_t>(lines.lines(), 1), lines.error());
+  ANVIL_CHECK(read != LineReader::Read::too_long,
+              "[eval] {}:{}: the line at {} is longer than the bound on one task record, {}",
+              lines.path(), lines.lines(), lines.describe_offset(lines.line_offset()),
+              describe_record_bound(lines.max_line_bytes()));
+  return read == LineReader::Read::line;
+}
+
+}  // namespace
+
+std::vector<TaskRecord> read_json_lines(const std::filesystem::path& file, int64_t limit,
+                                        uint64_t max_record_bytes) {
+  const std::unique_ptr<LineReader> lines = open_task_file(file, "task file", max_record_bytes);
+  ANVIL_CHECK(!lines->starts_with_json_array(), "[eval] {}", json_array_refusal(file.string()));
   std::vector<TaskRecord> records;
   std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  while (next_task_line(*lines, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     TaskRecord record;
     record.file = file;
-    record.line = number;
+    record.line = static_cast<int64_t>(lines->lines());
     try {
       record.fields = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
@@ -132,9 +162,9 @@ void on_record(int, void* state_ptr) {
 
 }  // namespace
 
-std::vector<TaskRecord> read_mmlu_csv(const std::filesystem::path& file, int64_t limit) {
-  std::ifstream in(file, std::ios::binary);
-  ANVIL_CHECK(in.good(), "[eval] {}: cannot open the MMLU file", file.string());
+std::vector<TaskRecord> read_mmlu_csv(const std::filesystem::path& file, int64_t limit,
+                                      uint64_t max_record_bytes) {
+  const std::unique_ptr<LineReader> lines = open_task_file(file, "MMLU file", max_record_bytes);
   csv_parser parser;
   ANVIL_CHECK(csv_init(&parser, CSV_STRICT | CSV_STRICT_FINI) == 0, "[eval] csv_init failed");
   // libcsv trims spaces and tabs around unquoted fields by default; Python's csv module (which
@@ -145,7 +175,7 @@ std::vector<TaskRecord> read_mmlu_csv(const std::filesystem::path& file, int64_t
   state.file = file;
   std::string line;
   bool ok = true;
-  while (ok && state.error.empty() && std::getline(in, line)) {
+  while (ok && state.error.empty() && next_task_line(*lines, line)) {
     ++state.feeding_line;
     if (state.feeding_line == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     line.push_back('\n');

@@ -1,6 +1,8 @@
 // Readers of benchmark task files: JSON Lines (one object per line, Hugging Face field names)
 // and the original MMLU CSV files (no header; question, A, B, C, D, answer letter). Every
-// record keeps its file and line so a bad value is reported where it is.
+// record keeps its file and line so a bad value is reported where it is. Either kind may be
+// gzip, zstd or xz compressed (found by its magic bytes); a line longer than the bound (256
+// MiB unless told) is an error, and a JSON array file is refused with how to convert it.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "data/line_reader.h"
 
 namespace anvil {
 
@@ -32,9 +36,11 @@ struct TaskRecord {
 };
 
 // Reads a JSON Lines file (blank lines skipped); `limit` > 0 stops after that many records.
-std::vector<TaskRecord> read_json_lines(const std::filesystem::path& file, int64_t limit = 0);
+std::vector<TaskRecord> read_json_lines(const std::filesystem::path& file, int64_t limit = 0,
+                                        uint64_t max_record_bytes = kDefaultMaxRecordBytes);
 
 // Reads an MMLU CSV file into records {"question", "choices": [4], "answer": 0..3}.
-std::vector<TaskRecord> read_mmlu_csv(const std::filesystem::path& file, int64_t limit = 0);
+std::vector<TaskRecord> read_mmlu_csv(const std::filesystem::path& file, int64_t limit = 0,
+                                      uint64_t max_record_bytes = kDefaultMaxRecordBytes);
 
 }  // namespace anvil

@@ -158,7 +158,7 @@ struct MmluSubject {
 };
 
 std::map<std::string, MmluSubject> read_mmlu(const std::filesystem::path& dir, int shots,
-                                             int64_t limit) {
+                                             int64_t limit, uint64_t max_record_bytes) {
   namespace fs = std::filesystem;
   std::map<std::string, MmluSubject> subjects;
   ANVIL_CHECK(fs::is_directory(dir),
@@ -174,14 +174,15 @@ std::map<std::string, MmluSubject> read_mmlu(const std::filesystem::path& dir, i
       const fs::path dev = dir / "dev" / (subject + "_dev.csv");
       ANVIL_CHECK(fs::exists(dev), "[eval] {}: missing, the dev questions of {}", dev.string(),
                   entry.path().string());
-      subjects[subject] = {read_mmlu_csv(dev, shots), read_mmlu_csv(entry.path(), limit)};
+      subjects[subject] = {read_mmlu_csv(dev, shots, max_record_bytes),
+                           read_mmlu_csv(entry.path(), limit, max_record_bytes)};
     }
   } else {
     ANVIL_CHECK(fs::exists(dir / "test.jsonl") && fs::exists(dir / "dev.jsonl"),
                 "[eval] {}: no test/ folder of CSV files and no test.jsonl + dev.jsonl",
                 dir.string());
     for (const auto& [split, file] : {std::pair{0, "dev.jsonl"}, std::pair{1, "test.jsonl"}}) {
-      for (TaskRecord& record : read_json_lines(dir / file)) {
+      for (TaskRecord& record : read_json_lines(dir / file, 0, max_record_bytes)) {
         const std::string name = record.text("subject");
         ANVIL_CHECK(!name.empty(), "[eval] {}: field 'subject' is empty", record.where());
         MmluSubject& subject = subjects[name];
@@ -211,7 +212,8 @@ std::map<std::string, MmluSubject> read_mmlu(const std::filesystem::path& dir, i
 
 std::vector<TaskDoc> load_mmlu(const TaskLoadOptions& options, int shots) {
   std::vector<TaskDoc> docs;
-  for (const auto& [subject, records] : read_mmlu(options.data, shots, options.limit)) {
+  for (const auto& [subject, records] :
+       read_mmlu(options.data, shots, options.limit, options.max_record_bytes)) {
     // The harness's description (its _generate_configs.py joins the subject's words with
     // spaces, the rule any subject follows here), then the first `shots` dev questions with
     // their answers.
@@ -308,7 +310,8 @@ std::vector<TaskDoc> load_task(const TaskLoadOptions& options) {
               "[eval] {}: no such file; {} reads {}", options.data.string(), task.name,
               task.data_layout);
   std::vector<TaskDoc> docs;
-  const std::vector<TaskRecord> records = read_json_lines(options.data, options.limit);
+  const std::vector<TaskRecord> records =
+      read_json_lines(options.data, options.limit, options.max_record_bytes);
   for (size_t i = 0; i < records.size(); ++i) {
     const TaskRecord& r = records[i];
     const auto index = static_cast<int64_t>(i);

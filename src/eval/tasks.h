@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "data/line_reader.h"
+
 namespace anvil {
 
 struct TaskInfo {
@@ -51,6 +53,7 @@ struct TaskLoadOptions {
   std::filesystem::path data;
   int shots = -1;     // -1: the task's default
   int64_t limit = 0;  // > 0: the first `limit` docs of each subtask (the harness's --limit)
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;  // bound on one task file line
 };
 
 // Reads the task's data and builds every doc's pairs. Bad data (a missing file, field or

@@ -125,6 +125,7 @@ fs::path prepare_jsonl(const FinetuneRequest& request, const TrainConfig& config
     options.seed = static_cast<uint64_t>(config.training.seed);
     options.seq_len = config.training.seq_len;
     options.packing = request.packing;
+    options.max_record_bytes = request.max_record_bytes;
     options.show_progress = true;
     const bool had_run_dir = fs::exists(request.run_dir);
     SftPrepareSummary summary;

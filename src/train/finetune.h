@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "data/line_reader.h"
 #include "train/config.h"
 
 namespace anvil {
@@ -29,6 +30,7 @@ struct FinetuneRequest {
   std::string chat_template;  // empty: the tokenizer's default
   double epochs = 3.0;        // used unless training.steps is set
   bool packing = true;        // JSONL: pack examples (false: pad each to whole windows)
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;  // JSONL: bound on one record
   std::string resume = "auto";
   std::vector<ConfigOverride> overrides;
 };

@@ -300,6 +300,27 @@ TEST_F(FinetuneSftTest, LoraUnderAnvilLaunchTrainsWhatOneProcessTrains) {
             bytes(root / "one" / "adapter" / "adapter_model.safetensors"));
 }
 
+// A zstd-compressed JSONL file is the same data: the run trains on the same samples, so its
+// metrics (the first step's loss among them, printed in full precision) are identical.
+TEST_F(FinetuneSftTest, CompressedJsonlTrainsOnTheSameSamples) {
+  if (std::system("command -v zstd > /dev/null 2>&1") != 0) GTEST_SKIP() << "no zstd tool";
+  const fs::path packed = root / "next.jsonl.zst";
+  ASSERT_EQ(std::system(("zstd -q -c " + (root / "next.jsonl").string() + " > " +
+                         packed.string())
+                            .c_str()),
+            0);
+  const std::string common = "--model " + (root / "base").string() + " " + kWindowArgs +
+                             " --threads 1 --training.steps=2 --training.batch_size=4";
+  expect_ok(run_anvil("finetune " + common + " --data " + (root / "next.jsonl").string() +
+                      " --run-dir " + (root / "plain_data").string()));
+  expect_ok(run_anvil("finetune " + common + " --data " + packed.string() + " --run-dir " +
+                      (root / "zstd_data").string()));
+  const auto plain = testing_support::deterministic_metrics(root / "plain_data");
+  ASSERT_GE(plain.size(), 2u);
+  ASSERT_NE(plain.front().find("\"loss\""), std::string::npos) << plain.front();
+  EXPECT_EQ(testing_support::deterministic_metrics(root / "zstd_data"), plain);
+}
+
 TEST_F(FinetuneSftTest, BadInputsAreOneLineErrorsWithNothingLeftBehind) {
   const auto expect_one_line_error = [](const CommandResult& result, const std::string& needle) {
     EXPECT_EQ(result.exit_code, 1) << result.output;

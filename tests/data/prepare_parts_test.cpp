@@ -1,7 +1,8 @@
 // Corpus-scale prepare: JSON Lines files read in byte ranges, `--part i/N` runs whose union
 // reads as the one-process output (same token stream, same windows), the loader refusing a
 // folder with parts missing, and Parquet input (files made here with pyarrow through
-// tools/parquet_fixture.py) giving the same shards as the same text in JSON Lines.
+// tools/parquet_fixture.py) giving the same shards as the same text in JSON Lines, a file of one
+// row group read in batches with the memory of the same text in JSON Lines.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "byte_tokenizer.h"
+#include "command_runner.h"
 #include "data/corpus.h"
 #include "data/dataloader.h"
 #include "data/input_pieces.h"
@@ -255,6 +257,54 @@ TEST_F(PrepareParquet, PartsSplitAtRowGroups) {
     prepare(dir_.file("pq/a.parquet"), dir_.file("parts"), PartSpec{i, 3});
   for (const char* split : kSplitNames)
     EXPECT_EQ(split_stream(dir_.file("parts"), split), split_stream(dir_.file("one"), split));
+}
+
+// A file written with pyarrow's defaults is one row group (up to 1Mi rows): it is read in
+// batches of kParquetBatchRows rows, page by page, so preparing it takes about the memory that
+// preparing the same text as JSON Lines takes. Allowed: 64 MB more (a batch, a page, Arrow's
+// pools); reading the group whole (pre-buffered column chunk, the whole column decoded, then
+// copied) took about 120 MB more for 24 MB of text, and grows with the group.
+TEST_F(PrepareParquet, OneRowGroupFileIsReadInBatchesWithFlatMemory) {
+  std::string text;
+  uint64_t state = 7;
+  for (int record = 0; text.size() < (size_t{24} << 20); ++record) {
+    text += "{\"text\": \"";
+    for (int w = 0; w < 300; ++w) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      text += std::to_string(state >> 44) + " ";
+    }
+    text += "\"}\n";
+  }
+  write_text(dir_.file("big/web.jsonl"), text);
+  make_parquet(dir_.file("big/web.jsonl"), dir_.file("big/web.parquet"), "");
+  ParquetTextReader reader(dir_.file("big/web.parquet"), "text");
+  ASSERT_EQ(reader.row_groups(), 1);
+  reader.open_group(0);
+  ParquetRows rows;
+  int64_t total = 0;
+  while (reader.next_batch(rows)) {
+    EXPECT_LE(static_cast<int64_t>(rows.texts.size()), kParquetBatchRows);
+    total += static_cast<int64_t>(rows.texts.size());
+  }
+  EXPECT_EQ(total, reader.rows_in_group(0));
+
+  const std::string tokenizer =
+      std::string(ANVIL_TEST_DATA) + "/tokenizer/fixtures/llama3_like.tokenizer.json";
+  const auto prepare_measured = [&](const std::string& input, const std::string& out) {
+    return test::run_anvil_measured({"prepare", "--input", input, "--tokenizer", tokenizer,
+                                     "--out", out, "--threads", "1"},
+                                    dir_.file("big/output.txt"));
+  };
+  const test::MeasuredRun jsonl = prepare_measured(dir_.file("big/web.jsonl"), dir_.file("j"));
+  ASSERT_EQ(jsonl.exit_code, 0) << jsonl.output;
+  const test::MeasuredRun parquet =
+      prepare_measured(dir_.file("big/web.parquet"), dir_.file("p"));
+  ASSERT_EQ(parquet.exit_code, 0) << parquet.output;
+  EXPECT_LE(parquet.peak_rss_mb, jsonl.peak_rss_mb + 64)
+      << "JSON Lines " << jsonl.peak_rss_mb << " MB";
+  for (const char* shard : {"train-00000.tok", "val-00000.tok"})
+    EXPECT_EQ(testing::read_bytes(dir_.file(std::string("p/") + shard)),
+              testing::read_bytes(dir_.file(std::string("j/") + shard)));
 }
 
 TEST_F(PrepareParquet, NullTextIsABadRecordNamingItsRow) {
