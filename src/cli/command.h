@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "train/config.h"
+
 namespace anvil::cli {
 
 struct Command {
@@ -33,6 +35,14 @@ struct ThreadOption {
   CLI::Option* option = nullptr;  // to tell "--threads 0" (an error) from no flag
   void add_to(CLI::App& app);
   void configure() const;
+};
+
+// Adds --preflight=check|warn|off, the pre-flight memory check's mode: a shorter spelling of
+// --preflight.mode, appended to the configuration overrides after parsing (apply_to).
+struct PreflightOption {
+  std::string mode;
+  void add_to(CLI::App& app);
+  void apply_to(std::vector<ConfigOverride>& overrides) const;
 };
 
 }  // namespace anvil::cli

@@ -51,6 +51,8 @@ struct TaskLoadOptions {
   std::filesystem::path data;
   int shots = -1;     // -1: the task's default
   int64_t limit = 0;  // > 0: the first `limit` docs of each subtask (the harness's --limit)
+  // false: print no warnings (every rank of a job reads the tasks; rank 0 alone speaks).
+  bool warn = true;
 };
 
 // Reads the task's data and builds every doc's pairs. Bad data (a missing file, field or
