@@ -5,7 +5,7 @@ SANITIZE_DIR ?= build-sanitize
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test test-unit test-sanitize fuzz demo clean
+.PHONY: all deps configure build build-anvil test test-unit test-sanitize fuzz demo clean
 
 all: build
 
@@ -18,6 +18,10 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The anvil executable and its libraries only (no test binaries, benchmarks or fuzz replays).
+build-anvil: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target anvil
 
 # The whole suite; CTest's own summary is the last thing printed.
 test: build
@@ -47,8 +51,9 @@ fuzz:
 	@FUZZ_PARALLEL=$(FUZZ_PARALLEL) bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Trains the tiny preset on the fortunes corpus (tokenizer + shards made on first use), then
-# samples from it. A second `make demo` reuses runs/demo and only generates.
-demo: build
+# samples from it. A second `make demo` reuses runs/demo and only generates. It builds only
+# what it runs (the anvil executable); `make build` or `make test` build the rest.
+demo: build-anvil
 	@$(BUILD_DIR)/anvil info
 	@$(BUILD_DIR)/anvil train --run-dir runs/demo
 	@$(BUILD_DIR)/anvil generate --run runs/demo --prompt "The " --max-new-tokens 120

@@ -22,6 +22,10 @@ struct BackendEntry {
   // False for a stub entry of a backend this binary was built without: make_backend then
   // throws the stub's reason, and the name is not offered as a choice.
   bool built = true;
+  // Returns the bytes of device memory an instance made by `create` still has free for this
+  // process; null where the device's memory is the host's (cpu, cpu-ref). The pre-flight
+  // memory check of a run reads it (free_device_memory).
+  std::function<int64_t(const Backend&)> free_memory;
 };
 
 class BackendRegistry {
@@ -42,6 +46,9 @@ class BackendRegistry {
 const BackendRegistry& backend_registry();
 // Returns the built backend names as prose for help texts and errors: "cpu, cpu-ref or sim".
 std::string backend_choices();
+// Returns the bytes of device memory `backend` still has free for this process, or -1 where
+// its device's memory is the host's (BackendEntry::free_memory).
+int64_t free_device_memory(const Backend& backend);
 
 // The registration function of each backend library (one per library; see
 // backend/builtin/builtin_backends.cpp for why these are explicit calls).

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "model/parameter_table.h"
 #include "parallel/collectives.h"
+#include "plan/preflight.h"
 #include "train/config.h"
 #include "train/finetune.h"
 #include "train/finetune_export.h"
@@ -105,9 +106,25 @@ int run_finetune(const std::vector<std::string>& raw_args) {
                "and memory report (also <run-dir>/sharding.json) and exit without training");
   ThreadOption threads;
   threads.add_to(app);
+  PreflightOption preflight;
+  preflight.add_to(app);
+  int preflight_only = 0;
+  app.add_option("--preflight-only", preflight_only,
+                 "only check the memory of a job of N ranks on this host (they share its "
+                 "memory), then exit: what anvil launch runs before it starts the ranks (a "
+                 ".jsonl --data is prepared into the run directory first, as the job would)");
   app.footer(lora_help() + kFooter);
   if (!parse_args(app, args)) return 0;
   threads.configure();
+  preflight.apply_to(request.overrides);
+  if (preflight_only > 0) {
+    request.model_dir = model_dir;
+    request.run_dir = run_dir_arg.empty() ? default_run_dir("sft") : fs::path(run_dir_arg);
+    const RunDirLock lock(request.run_dir);
+    run_launch_preflight(resolve_finetune_config(request, anvil::world()), backend,
+                         preflight_only);
+    return 0;
+  }
 
   Communicator& world = anvil::world();
   const bool root = world.rank() == 0;
@@ -131,6 +148,7 @@ int run_finetune(const std::vector<std::string>& raw_args) {
                                        shell_quote(model_dir), shell_quote(run_dir_arg));
   options.world = &world;
   options.dry_run = dry_run;
+  options.preflight = run_preflight;
   const bool lora = options.config.lora.r > 0;
   const TrainResult result = run_training(options);
   if (!root || dry_run) return 0;

@@ -4,11 +4,18 @@
 // first start (a default one is chosen when <args> name none) so every restart continues the
 // same run, and restarts always pass --resume auto. Variables named ANVIL_* and OMP_* are
 // exported to every rank. With --min-nproc M < N the launch is elastic (launcher.h): the
-// launcher owns --training.grad_accum and scales it with the world size. docs/distributed.md
-// has the equivalent Slurm (srun) lines.
+// launcher owns --training.grad_accum and scales it with the world size. Before the first start
+// on this host (no --hostfile) the job's own pre-flight memory check runs once for N ranks
+// (`anvil train ... --preflight-only N`): a job that will not fit starts no rank. With a
+// hostfile each rank checks its own memory as it starts. docs/distributed.md has the
+// equivalent Slurm (srun) lines.
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -53,6 +60,31 @@ std::string this_executable() {
   ANVIL_CHECK(!error, "[launch] cannot find the anvil executable (/proc/self/exe: {})",
               error.message());
   return self.string();
+}
+
+// Runs the job's pre-flight check for options.nproc ranks on this host (`anvil <job>
+// --preflight-only N`) and returns its exit status; a refusal is printed by it.
+int preflight_status(const LaunchOptions& options) {
+  std::vector<std::string> args = {options.program};
+  args.insert(args.end(), options.first_args.begin(), options.first_args.end());
+  if (options.grad_accum > 0)
+    args.push_back("--training.grad_accum=" + std::to_string(options.grad_accum));
+  args.push_back("--preflight-only");
+  args.push_back(std::to_string(options.nproc));
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int error =
+      posix_spawn(&pid, options.program.c_str(), nullptr, nullptr, argv.data(), environ);
+  ANVIL_CHECK(error == 0, "[launch] cannot start {} for the pre-flight check: {}",
+              options.program, std::strerror(error));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    ANVIL_CHECK(errno == EINTR, "[launch] waiting for the pre-flight check: {}",
+                std::strerror(errno));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 std::vector<std::string> exported_environment() {
@@ -130,6 +162,7 @@ int run_launch_command(const std::vector<std::string>& raw_args) {
   options.restart_args.push_back("--resume");
   options.restart_args.push_back("auto");
   options.exported_env = exported_environment();
+  if (options.hostfile.empty() && preflight_status(options) != 0) return 1;
   return run_launch(options);
 }
 

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/collectives.h"
+#include "plan/preflight.h"
 #include "train/config.h"
 #include "train/run_dir.h"
 #include "train/sample_corpus.h"
@@ -89,9 +90,24 @@ int run_train(const std::vector<std::string>& raw_args) {
                "memory report (also <run-dir>/sharding.json) and exit without training");
   ThreadOption threads;
   threads.add_to(app);
+  PreflightOption preflight;
+  preflight.add_to(app);
+  int preflight_only = 0;
+  app.add_option("--preflight-only", preflight_only,
+                 "only check the memory of a job of N ranks on this host (they share its "
+                 "memory), then exit: what anvil launch runs before it starts the ranks");
   app.footer(config_keys_help());
   if (!parse_args(app, args)) return 0;
   threads.configure();
+  std::vector<ConfigOverride> all_overrides = overrides;
+  preflight.apply_to(all_overrides);
+  if (preflight_only > 0) {
+    // Nothing is locked, prepared or written: the ranks do that once they start.
+    run_launch_preflight(resolve_config(config_path, run_dir_arg,
+                                        run_dir_arg.empty() ? "never" : resume, all_overrides),
+                         backend, preflight_only);
+    return 0;
+  }
 
   Communicator& world = anvil::world();
   const bool root = world.rank() == 0;
@@ -105,13 +121,14 @@ int run_train(const std::vector<std::string>& raw_args) {
   std::optional<RunDirLock> lock;
   if (root) lock.emplace(run_dir);
   TrainRunOptions options;
-  options.config = resolve_config(config_path, run_dir, resume, overrides);
+  options.config = resolve_config(config_path, run_dir, resume, all_overrides);
   options.run_dir = run_dir;
   options.resume = resume;
   options.backend = backend;
   options.resume_command = resume_command(run_dir, backend, threads.value);
   options.world = &world;
   options.dry_run = dry_run;
+  options.preflight = run_preflight;
 
   if (root && !options.config.data.synthetic && options.config.data.sources.empty() &&
       options.config.data.tokenizer.empty() &&

@@ -120,6 +120,19 @@ CLI::Option* add_max_record_bytes_option(CLI::App& app, uint64_t& value,
       ->check(CLI::Range(uint64_t{1}, kLargestRecordBound));
 }
 
+void PreflightOption::add_to(CLI::App& app) {
+  app.add_option("--preflight", mode,
+                 "memory check before the run allocates (preflight.mode): check refuses a run "
+                 "whose planned peak per device exceeds what the device (or, on cpu, the host) "
+                 "has free and names the settings that fit; warn says so and goes on; off skips "
+                 "it (default: check; the margin is --preflight.margin)")
+      ->check(CLI::IsMember({"check", "warn", "off"}));
+}
+
+void PreflightOption::apply_to(std::vector<ConfigOverride>& overrides) const {
+  if (!mode.empty()) overrides.push_back({"preflight.mode", mode});
+}
+
 void ThreadOption::configure() const {
   const bool given = option != nullptr && option->count() > 0;
   configure_threads(given ? std::optional<int>(value) : std::nullopt);

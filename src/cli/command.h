@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "train/config.h"
+
 namespace anvil::cli {
 
 struct Command {
@@ -39,6 +41,14 @@ struct ThreadOption {
 // Adds --max-record-bytes (data/line_reader.h): the bound on one line or record of
 // line-oriented input, with size suffixes (KiB, MiB, GiB); `value` holds the default.
 CLI::Option* add_max_record_bytes_option(CLI::App& app, uint64_t& value, const std::string& what);
+
+// Adds --preflight=check|warn|off, the pre-flight memory check's mode: a shorter spelling of
+// --preflight.mode, appended to the configuration overrides after parsing (apply_to).
+struct PreflightOption {
+  std::string mode;
+  void add_to(CLI::App& app);
+  void apply_to(std::vector<ConfigOverride>& overrides) const;
+};
 
 }  // namespace anvil::cli
 

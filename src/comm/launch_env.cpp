@@ -1,6 +1,7 @@
 // Launcher detection from the environment. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE, PMI-1/2
 // launchers (MPICH's hydra, srun --mpi=pmi2) set PMI_SIZE, and PMIx launchers (srun --mpi=pmix,
-// prrte) set PMIX_RANK; Slurm's SLURM_NTASKS then gives the size.
+// prrte) set PMIX_RANK; Slurm's SLURM_NTASKS then gives the size. The ranks per host come from
+// OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS.
 #include "comm/launch_env.h"
 
 #include <cstdlib>
@@ -22,6 +23,12 @@ int parse_size(const char* name, const char* value) {
 
 LaunchEnvironment detect_launch_environment() {
   LaunchEnvironment env;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* value = std::getenv(name)) {
+      env.local_size = parse_size(name, value);
+      break;
+    }
+  }
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     if (const char* value = std::getenv(name)) {
       env.launched = true;

@@ -11,6 +11,9 @@ struct LaunchEnvironment {
   bool launched = false;  // a launcher variable is present
   int world_size = 0;     // ranks the launcher announced; 0 when it did not say
   std::string evidence;   // the variable that told us, e.g. "OMPI_COMM_WORLD_SIZE=4"
+  // Ranks on this host (they share its memory): OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI),
+  // MPI_LOCALNRANKS (MPICH's hydra); 1 when the launcher does not say.
+  int local_size = 1;
 };
 
 // Returns what the environment says about the launcher of this process.

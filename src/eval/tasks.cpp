@@ -158,7 +158,8 @@ struct MmluSubject {
 };
 
 std::map<std::string, MmluSubject> read_mmlu(const std::filesystem::path& dir, int shots,
-                                             int64_t limit, uint64_t max_record_bytes) {
+                                             int64_t limit, uint64_t max_record_bytes,
+                                             bool warn) {
   namespace fs = std::filesystem;
   std::map<std::string, MmluSubject> subjects;
   ANVIL_CHECK(fs::is_directory(dir),
@@ -201,7 +202,7 @@ std::map<std::string, MmluSubject> read_mmlu(const std::filesystem::path& dir, i
                 where, name, subject.dev.size(), shots);
     if (!mmlu_subjects().contains(name)) unknown.push_back(name);
   }
-  if (!unknown.empty()) {
+  if (warn && !unknown.empty()) {
     log_warn("[eval] {}: subjects not among MMLU's 57 ({} of {}): {}; scored with MMLU's "
              "prompt, reported as the category '{}'",
              dir.string(), unknown.size(), subjects.size(), fmt::join(unknown, ", "),
@@ -213,7 +214,7 @@ std::map<std::string, MmluSubject> read_mmlu(const std::filesystem::path& dir, i
 std::vector<TaskDoc> load_mmlu(const TaskLoadOptions& options, int shots) {
   std::vector<TaskDoc> docs;
   for (const auto& [subject, records] :
-       read_mmlu(options.data, shots, options.limit, options.max_record_bytes)) {
+       read_mmlu(options.data, shots, options.limit, options.max_record_bytes, options.warn)) {
     // The harness's description (its _generate_configs.py joins the subject's words with
     // spaces, the rule any subject follows here), then the first `shots` dev questions with
     // their answers.

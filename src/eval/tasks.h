@@ -54,6 +54,8 @@ struct TaskLoadOptions {
   int shots = -1;     // -1: the task's default
   int64_t limit = 0;  // > 0: the first `limit` docs of each subtask (the harness's --limit)
   uint64_t max_record_bytes = kDefaultMaxRecordBytes;  // bound on one task file line
+  // false: print no warnings (every rank of a job reads the tasks; rank 0 alone speaks).
+  bool warn = true;
 };
 
 // Reads the task's data and builds every doc's pairs. Bad data (a missing file, field or

@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <set>
+#include <string>
 #include <vector>
 
+#include "core/checked_number.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -100,11 +102,16 @@ int64_t json_signed(const json& value, std::string_view subject, int64_t lo, int
   }
   if (value.is_number_integer()) {
     const int64_t number = value.get<int64_t>();
-    ANVIL_CHECK(number >= lo && number <= hi, "{} is out of range: {}", subject, number);
-    return number;
+    return checked_integer(number, lo, hi, subject, std::to_string(number));
   }
   ANVIL_CHECK(!is_huge_integer(value), "{} is out of range: {}", subject, value.dump());
   ANVIL_FAIL("{} must be an integer, got {}", subject, quote_for_message(value.dump()));
+}
+
+double json_real(const json& value, std::string_view subject) {
+  ANVIL_CHECK(value.is_number(), "{} must be a number, got {}", subject,
+              quote_for_message(value.dump()));
+  return checked_real(value.get<double>(), subject, value.dump());
 }
 
 uint64_t json_unsigned(const json& value, std::string_view subject, uint64_t hi) {

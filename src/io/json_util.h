@@ -40,6 +40,10 @@ T json_integer(const nlohmann::json& value, std::string_view subject) {
   }
 }
 
+// Returns `value` as a real number within a float's range (checked_real). Throws "<subject> must
+// be a number, got V" for another JSON value and "<subject> is out of range: V" past a float.
+double json_real(const nlohmann::json& value, std::string_view subject);
+
 // Returns text cut to a readable length with control characters replaced, for error messages.
 std::string quote_for_message(std::string_view text);
 

@@ -78,16 +78,14 @@ class FieldReader {
   double optional_number(const char* key, double fallback) const {
     const json* value = find(key);
     if (value == nullptr) return fallback;
-    if (!value->is_number()) fail(key, fmt::format("must be a number, got {}", value->dump()));
-    return value->get<double>();
+    return json_real(*value, fmt::format("[hf-config] {}: '{}'", file_, key));
   }
 
   double required_number_in(const json& object, const char* parent, const char* key) const {
     const auto it = object.find(key);
     const std::string name = fmt::format("{}.{}", parent, key);
     if (it == object.end() || it->is_null()) fail(name.c_str(), "is missing");
-    if (!it->is_number()) fail(name.c_str(), fmt::format("must be a number, got {}", it->dump()));
-    return it->get<double>();
+    return json_real(*it, fmt::format("[hf-config] {}: '{}'", file_, name));
   }
 
   bool optional_bool(const char* key, bool fallback) const {
@@ -206,8 +204,8 @@ void read_rope(const FieldReader& fields, const std::string& file, LlamaConfig& 
   nested.rope_scaling_factor = 0.0f;
   const auto theta = parameters->find("rope_theta");
   if (theta != parameters->end()) {
-    if (!theta->is_number()) fields.fail("rope_parameters", "has a rope_theta that is no number");
-    nested.rope_theta = theta->get<float>();
+    nested.rope_theta = static_cast<float>(
+        json_real(*theta, fmt::format("[hf-config] {}: 'rope_parameters.rope_theta'", file)));
   }
   read_rope_scaling(fields, file, "rope_parameters", nested);
   const bool top_level_theta = fields.find("rope_theta") != nullptr;

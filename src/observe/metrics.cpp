@@ -29,15 +29,19 @@ void flatten(const std::string& tag, const nlohmann::ordered_json& value,
   }
 }
 
-// Returns ',"mem_bytes":..,"mem_peak_bytes":..,"mem_peak":{...}', or "" when not measured.
+// Returns ',"mem_bytes":..,"mem_peak_bytes":..[,"mem_planned_bytes":..],"mem_peak":{...}', or
+// "" when not measured.
 std::string memory_fields(const TrainStepRecord& r) {
   if (r.mem_bytes < 0) return "";
   std::string peaks;
   for (size_t c = 0; c < r.mem_peak.size(); ++c) {
     peaks += fmt::format("{}\"{}\":{}", c == 0 ? "" : ",", kMemoryCategoryNames[c], r.mem_peak[c]);
   }
-  return fmt::format(",\"mem_bytes\":{},\"mem_peak_bytes\":{},\"mem_peak\":{{{}}}", r.mem_bytes,
-                     r.mem_peak_bytes, peaks);
+  const std::string planned =
+      r.mem_planned_bytes > 0 ? fmt::format(",\"mem_planned_bytes\":{}", r.mem_planned_bytes)
+                              : std::string();
+  return fmt::format(",\"mem_bytes\":{},\"mem_peak_bytes\":{}{},\"mem_peak\":{{{}}}", r.mem_bytes,
+                     r.mem_peak_bytes, planned, peaks);
 }
 
 // Returns ',"name":{"key":value,...}', or "" when there are no entries.

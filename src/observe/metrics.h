@@ -1,8 +1,9 @@
 // metrics.jsonl: one JSON object per line, per training step ({"type":"train",...}) and per
 // evaluation ({"type":"eval",...}). Deterministic fields come first and are written with the
 // shortest text that round-trips (fmt "{}"), so two runs that compute the same values write
-// the same bytes; then the measured memory (mem_bytes, mem_peak_bytes, mem_peak: what the
-// process has allocated so far, which a resumed process or another mesh legitimately changes)
+// the same bytes; then the memory (mem_bytes, mem_peak_bytes, mem_planned_bytes, mem_peak: what
+// the process has allocated so far and the plan's peak for it, which a resumed process or
+// another mesh legitimately changes)
 // and last the wall-clock fields (tokens_per_s, mfu, elapsed_s); a resume test compares lines
 // after removing exactly those memory and wall-clock fields. On resume the file is cut
 // back to the records of steps up to the checkpoint, so it reads as one uninterrupted run.
@@ -51,6 +52,9 @@ struct TrainStepRecord {
   // mem_bytes < 0.
   int64_t mem_bytes = -1;
   int64_t mem_peak_bytes = 0;
+  // The pre-flight's planned peak per device ("mem_planned_bytes", plan/preflight.h), to read
+  // beside mem_peak_bytes; 0: no plan (preflight.mode = off), not written.
+  int64_t mem_planned_bytes = 0;
   MemoryByCategory mem_peak{};
 };
 

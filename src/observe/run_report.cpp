@@ -120,15 +120,18 @@ std::vector<Chart> plan_charts(const std::vector<MetricSeries>& all) {
   planner.add("Gradient norm", "global L2 norm", is("train/grad_norm"), nullptr);
   planner.add("Throughput", "tokens/s", is("train/tokens_per_s"), nullptr);
   planner.add("Model FLOP utilisation", "fraction of peak", is("train/mfu"), nullptr);
-  // The measured memory (max over ranks): held at each step's end, and the run's peak; the
+  // The measured memory (max over ranks): held at each step's end, and the run's peak, beside
+  // the pre-flight's planned peak (how good the prediction was on this machine); the
   // per-category peaks ("mem_peak/...") get their own chart from add_groups.
   planner.add("Memory", "bytes",
               [](const std::string& tag) {
-                return tag == "train/mem_bytes" || tag == "train/mem_peak_bytes";
+                return tag == "train/mem_bytes" || tag == "train/mem_peak_bytes" ||
+                       tag == "train/mem_planned_bytes";
               },
               [](const std::string& tag) {
-                return tag == "train/mem_bytes" ? std::string("at step end")
-                                                : std::string("peak so far");
+                return tag == "train/mem_bytes"        ? std::string("at step end")
+                       : tag == "train/mem_peak_bytes" ? std::string("peak so far")
+                                                       : std::string("planned peak");
               });
   // A mixture's sources, named by their data.sources path.
   const auto source_group = [](const char* group) {

@@ -6,14 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/cpu_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/threading.h"
 #include "train/config.h"
 
@@ -191,18 +190,6 @@ double measure_copy_gbps() {
   return best;
 }
 
-// Returns MemTotal of /proc/meminfo in bytes (0 when unreadable).
-int64_t host_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemTotal:") return kib * 1024;
-  }
-  return 0;
-}
-
 }  // namespace
 
 const std::vector<HardwareProfile>& accelerator_profiles() {
@@ -265,7 +252,7 @@ HardwareProfile cpu_profile(const CpuProfileOptions& options) {
                                                 : std::string(),
                               fmt::format("{:.1f}", gflops), options.dtype,
                               options.gflops ? " (--cpu-gflops)" : " measured");
-  p.memory_bytes = host_memory_bytes() / options.ranks;
+  p.memory_bytes = host_memory_total() / options.ranks;
   p.bf16_tflops = per_rank_tflops;
   p.f32_tflops = per_rank_tflops;
   // The rates measured are what the kernels reach: they are the ceilings too.

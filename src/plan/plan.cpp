@@ -345,21 +345,24 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   plan.host = planned.host;  // offload: what the host optimizer holds
   plan.device_total = sum(plan.device);
   plan.host_total = sum(plan.host);
+  plan.needed = plan.device_total + (settings.device_is_host ? plan.host_total : 0);
   plan.capacity = static_cast<int64_t>(static_cast<double>(settings.hardware.memory_bytes) *
                                        (1.0 - settings.reserve));
-  plan.fits = plan.device_total <= plan.capacity;
+  plan.fits = plan.needed <= plan.capacity;
 
   const int64_t adapter_params =
       options.lora.enabled() ? make_lora_layout(llama, options.lora)->total_params() : 0;
   plan.trainable = options.lora.enabled() ? adapter_params : llama.param_count();
   plan.parameters = llama.param_count() + adapter_params;
+  if (settings.memory_only) return plan;
   plan.time = plan_step_time(config, llama, options, plan.shape, settings, adapter_params,
                              plan.buffers, plan.host);
   return plan;
 }
 
-std::vector<std::string> what_would_fit(const TrainConfig& config, const PlanSettings& settings,
-                                        bool search_meshes) {
+std::vector<FitSuggestion> fit_suggestions(const TrainConfig& config,
+                                           const PlanSettings& settings, bool search_meshes) {
+  using Kind = FitSuggestion::Kind;
   // A candidate fits: on this mesh at this micro-batch, or (search_meshes) on any mesh of the
   // same devices at micro-batch 1.
   auto attempt = [&](const TrainConfig& c, const PlanSettings& s) -> std::optional<Plan> {
@@ -367,50 +370,51 @@ std::vector<std::string> what_would_fit(const TrainConfig& config, const PlanSet
     if (plan && plan->fits) return plan;
     return std::nullopt;
   };
-  std::vector<std::string> lines;
-  auto suggest = [&](const std::string& change, const TrainConfig& c) {
+  std::vector<FitSuggestion> out;
+  auto suggest = [&](Kind kind, const std::string& what, const std::string& setting,
+                     const TrainConfig& c) {
     if (std::optional<Plan> plan = attempt(c, settings))
-      lines.push_back(fmt::format("{}: {} per device", change, gib(plan->device_total)));
+      out.push_back({kind, what, setting, plan->needed});
   };
   if (!config.training.activation_checkpointing) {
     TrainConfig c = config;
     c.training.activation_checkpointing = true;
-    suggest("activation checkpointing (--training.activation_checkpointing=true)", c);
+    suggest(Kind::activation_checkpointing, "activation checkpointing",
+            "--training.activation_checkpointing=true", c);
   }
   if (config.parallel.zero_stage < 3 && settings.nproc > 1) {
     TrainConfig c = with_auto_mesh(config);
     c.parallel.zero_stage = 3;
-    suggest("ZeRO-3 (--parallel.zero_stage=3)", c);
+    suggest(Kind::zero3, "ZeRO-3", "--parallel.zero_stage=3", c);
   }
   if (!config.parallel.offload) {
     TrainConfig c = config;
     c.parallel.offload = true;
-    suggest("optimizer offload (--parallel.offload=true)", c);
+    suggest(Kind::offload, "optimizer offload", "--parallel.offload=true", c);
   }
   if (config.training.dtype == "f32") {
     TrainConfig c = config;
     c.training.dtype = "bf16";
-    suggest("bf16 compute (--training.dtype=bf16)", c);
+    suggest(Kind::bf16, "bf16 compute", "--training.dtype=bf16", c);
   }
   if (config.lora.r == 0) {
     TrainConfig c = config;
     c.lora.r = 8;
-    suggest("LoRA adapters instead of full training (--lora.r=8)", c);
+    suggest(Kind::lora, "LoRA adapters instead of full training", "--lora.r=8", c);
   }
   if (!search_meshes && config.training.batch_size > 1) {
-    TrainConfig c = config;
-    if (std::optional<Plan> plan = largest_fitting_micro_batch(c, settings)) {
-      lines.push_back(fmt::format("micro-batch {} (--training.batch_size={}): {} per device",
-                                  plan->config.training.batch_size,
-                                  plan->config.training.batch_size, gib(plan->device_total)));
+    if (std::optional<Plan> plan = largest_fitting_micro_batch(config, settings)) {
+      const int64_t micro = plan->config.training.batch_size;
+      out.push_back({Kind::micro_batch, fmt::format("micro-batch {}", micro),
+                     fmt::format("--training.batch_size={}", micro), plan->needed});
     }
   }
   for (int64_t seq = config.training.seq_len / 2; seq >= 64; seq /= 2) {
     TrainConfig c = config;
     c.training.seq_len = seq;
     if (std::optional<Plan> plan = attempt(c, settings)) {
-      lines.push_back(fmt::format("sequences of {} tokens (--training.seq_len={}): {} per device",
-                                  seq, seq, gib(plan->device_total)));
+      out.push_back({Kind::seq_len, fmt::format("sequences of {} tokens", seq),
+                     fmt::format("--training.seq_len={}", seq), plan->needed});
       break;
     }
   }
@@ -421,12 +425,21 @@ std::vector<std::string> what_would_fit(const TrainConfig& config, const PlanSet
     PlanSettings s = settings;
     s.nproc = nproc;
     if (std::optional<Plan> plan = attempt(more, s)) {
-      lines.push_back(fmt::format("{} devices{} (--nproc {}): {} per device", nproc,
-                                  config.parallel.zero_stage == 0 ? " with ZeRO-3" : "", nproc,
-                                  gib(plan->device_total)));
+      out.push_back({Kind::devices,
+                     fmt::format("{} devices{}", nproc,
+                                 config.parallel.zero_stage == 0 ? " with ZeRO-3" : ""),
+                     fmt::format("--nproc {}", nproc), plan->needed});
       break;
     }
   }
+  return out;
+}
+
+std::vector<std::string> what_would_fit(const TrainConfig& config, const PlanSettings& settings,
+                                        bool search_meshes) {
+  std::vector<std::string> lines;
+  for (const FitSuggestion& s : fit_suggestions(config, settings, search_meshes))
+    lines.push_back(fmt::format("{} ({}): {} per device", s.what, s.setting, gib(s.needed)));
   return lines;
 }
 

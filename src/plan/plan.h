@@ -34,7 +34,11 @@ struct PlanSettings {
   HardwareProfile hardware;
   double efficiency = 0;       // share of the dense peak GEMMs reach; 0: the profile's
   double comm_efficiency = 0.8;  // share of the link bandwidth collectives reach
-  double reserve = 0.05;       // share of device memory kept free (runtime, fragmentation)
+  double reserve = kDefaultMemoryReserve;  // share of device memory kept free
+  // The device's memory is the host's (the cpu backends): what a rank needs there is its
+  // device figures plus its host ones (offload moves nothing off it).
+  bool device_is_host = false;
+  bool memory_only = false;    // leave Plan::time out (the pre-flight check needs memory only)
 };
 
 // One collective of the step with its predicted time.
@@ -83,6 +87,7 @@ struct Plan {
   MemoryByCategory host{};    // per device's share of host memory (offload)
   int64_t device_total = 0;
   int64_t host_total = 0;
+  int64_t needed = 0;    // what must fit in capacity: device_total (+ host_total on the host)
   int64_t capacity = 0;  // device memory less the reserve
   bool fits = false;
   StepTimePlan time;
@@ -92,6 +97,22 @@ struct Plan {
 // "[parallel] ..." naming the problem for a configuration or mesh a run would refuse (heads
 // not divisible by tp, a world size the mesh does not describe, ...).
 Plan make_plan(const TrainConfig& config, const PlanSettings& settings);
+
+// One change that makes a configuration fit, with its predicted need per device (Plan::needed).
+struct FitSuggestion {
+  enum class Kind {
+    activation_checkpointing, zero3, offload, bf16, lora, micro_batch, seq_len, devices
+  };
+  Kind kind;
+  std::string what;     // "activation checkpointing"
+  std::string setting;  // "--training.activation_checkpointing=true"
+  int64_t needed = 0;
+};
+
+// The changes what_would_fit describes, in its order.
+std::vector<FitSuggestion> fit_suggestions(const TrainConfig& config,
+                                           const PlanSettings& settings,
+                                           bool search_meshes = false);
 
 // What would make a configuration that does not fit fit: one line per change that would
 // (activation checkpointing, ZeRO-3, offload, bf16, LoRA, a smaller micro-batch, a shorter

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
+#include "core/checked_number.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -99,18 +101,34 @@ std::string_view type_description(const ConfigFieldRef& ref) {
   return std::visit(Describe{}, ref);
 }
 
-// Stores a TOML node into a field; returns false when the node's type does not fit.
-bool assign_toml_node(const ConfigFieldRef& ref, const toml::node& node) {
+// Returns a configuration integer within its field's range (ConfigField::wide): the one
+// conversion of TOML and command-line integers, throwing "<subject> is out of range: <text>".
+int64_t config_integer(int64_t value, bool wide, std::string_view subject,
+                       std::string_view as_written) {
+  using Wide = std::numeric_limits<int64_t>;
+  using Narrow = std::numeric_limits<int32_t>;
+  return checked_integer(value, wide ? Wide::min() : Narrow::min(),
+                         wide ? Wide::max() : Narrow::max(), subject, as_written);
+}
+
+// Stores a TOML node into a field; returns false when the node's type does not fit, throws
+// "<subject> is out of range: <value>" for a number that does not fit its field.
+bool assign_toml_node(const ConfigFieldRef& ref, const toml::node& node, std::string_view subject,
+                      bool wide) {
   struct Assign {
     const toml::node& node;
+    std::string_view subject;
+    bool wide;
     bool operator()(int64_t* out) const {
       if (!node.is_integer()) return false;
-      *out = node.as_integer()->get();
+      const int64_t value = node.as_integer()->get();
+      *out = config_integer(value, wide, subject, fmt::format("{}", value));
       return true;
     }
     bool operator()(double* out) const {
       if (node.is_floating_point()) {
-        *out = node.as_floating_point()->get();
+        const double value = node.as_floating_point()->get();
+        *out = checked_real(value, subject, fmt::format("{}", value));
         return true;
       }
       if (node.is_integer()) {
@@ -151,14 +169,14 @@ bool assign_toml_node(const ConfigFieldRef& ref, const toml::node& node) {
         const toml::node* weight = table->get("weight");
         if (!path || !path->is_string() || !weight) return false;
         DataSourceSpec spec{path->as_string()->get(), 0};
-        if (!Assign{*weight}(&spec.weight)) return false;
+        if (!Assign{*weight, subject, wide}(&spec.weight)) return false;
         values.push_back(std::move(spec));
       }
       *out = std::move(values);
       return true;
     }
   };
-  return std::visit(Assign{node}, ref);
+  return std::visit(Assign{node, subject, wide}, ref);
 }
 
 std::string_view trim(std::string_view text) {
@@ -168,30 +186,34 @@ std::string_view trim(std::string_view text) {
   return text.substr(first, last - first + 1);
 }
 
-// Parses command-line text into a field; returns false when it does not fit the type.
-bool assign_text(const ConfigFieldRef& ref, std::string_view name, std::string_view text) {
+// Parses command-line text into a field; returns false when it does not fit the type, throws
+// "[config] --<name> is out of range: <text>" for a number that does not fit the field.
+bool assign_text(const ConfigFieldRef& ref, std::string_view name, std::string_view text,
+                 bool wide) {
   struct Assign {
     std::string_view name;
     std::string_view text;
+    bool wide;
+    std::string subject() const { return fmt::format("[config] --{}", name); }
     bool operator()(int64_t* out) const {
       int64_t value = 0;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
       if (end != text.data() + text.size() || text.empty()) return false;
       // A whole number past 64 bits is understood but does not fit: say so, never wrap.
-      ANVIL_CHECK(error != std::errc::result_out_of_range, "[config] --{} is out of range: {}",
-                  name, text);
+      ANVIL_CHECK(error != std::errc::result_out_of_range, "{} is out of range: {}", subject(),
+                  text);
       if (error != std::errc()) return false;
-      *out = value;
+      *out = config_integer(value, wide, subject(), text);
       return true;
     }
     bool operator()(double* out) const {
       double value = 0;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
       if (end != text.data() + text.size() || text.empty()) return false;
-      ANVIL_CHECK(error != std::errc::result_out_of_range, "[config] --{} is out of range: {}",
-                  name, text);
+      ANVIL_CHECK(error != std::errc::result_out_of_range, "{} is out of range: {}", subject(),
+                  text);
       if (error != std::errc()) return false;
-      *out = value;
+      *out = checked_real(value, subject(), text);
       return true;
     }
     bool operator()(bool* out) const {
@@ -235,10 +257,10 @@ bool assign_text(const ConfigFieldRef& ref, std::string_view name, std::string_v
       } catch (const toml::parse_error&) {
         return false;
       }
-      return assign_toml_node(out, *document.get("value"));
+      return assign_toml_node(out, *document.get("value"), subject(), wide);
     }
   };
-  return std::visit(Assign{name, text}, ref);
+  return std::visit(Assign{name, text, wide}, ref);
 }
 
 std::string toml_quote(std::string_view text) {
@@ -339,8 +361,9 @@ void apply_config_toml(TrainConfig& config, std::string_view text, const std::st
       const ConfigField* field = find_field(section, key);
       if (!field) fail_unknown_key(section, key, where);
       const ConfigFieldRef ref = field->ref(config);
-      ANVIL_CHECK(assign_toml_node(ref, value_node), "[config] {}{} must be {}", where,
-                  field->full_name(), type_description(ref));
+      const std::string subject = fmt::format("[config] {}{}", where, field->full_name());
+      ANVIL_CHECK(assign_toml_node(ref, value_node, subject, field->wide), "{} must be {}",
+                  subject, type_description(ref));
     }
   }
 }
@@ -362,8 +385,8 @@ void apply_config_override(TrainConfig& config, std::string_view name, std::stri
   const ConfigField* field = find_field(section, key);
   if (!field) fail_unknown_key(section, key, "--");
   const ConfigFieldRef ref = field->ref(config);
-  ANVIL_CHECK(assign_text(ref, name, value), "[config] --{} must be {}, got '{}'", name,
-              type_description(ref), value);
+  ANVIL_CHECK(assign_text(ref, name, value, field->wide), "[config] --{} must be {}, got '{}'",
+              name, type_description(ref), value);
 }
 
 std::vector<ConfigOverride> extract_config_overrides(std::vector<std::string>& args) {

@@ -168,6 +168,17 @@ struct ProfileConfigSection {
   std::string steps;  // "A:B"; empty: no trace
 };
 
+// The share of a device's free memory a run's plan leaves unused by default (the runtime's own
+// allocations, fragmentation): `anvil plan --reserve` and the pre-flight's preflight.margin.
+inline constexpr double kDefaultMemoryReserve = 0.05;
+
+// The pre-flight memory check of train, finetune and launch (plan/preflight.h): before anything
+// large is allocated, the run's planned peak per device against what the device has free.
+struct PreflightConfigSection {
+  std::string mode = "check";  // check: refuse a run that will not fit; warn: say so, go on; off
+  double margin = kDefaultMemoryReserve;  // share of the free memory the plan must leave free
+};
+
 // The defaults are the `tiny` demo preset (configs/tiny.toml): `anvil train` with no
 // arguments trains exactly this.
 struct TrainConfig {
@@ -182,6 +193,7 @@ struct TrainConfig {
   EvalConfigSection eval;
   LoggingConfigSection logging;
   ProfileConfigSection profile;
+  PreflightConfigSection preflight;
 };
 
 // A pointer to one field of a TrainConfig; its alternative is the field's value type.
@@ -194,6 +206,9 @@ struct ConfigField {
   std::string_view key;
   std::string_view help;
   ConfigFieldRef (*ref)(TrainConfig&);
+  // An integer key's values: sizes and counts the engine holds as int fit 32 bits; a key
+  // marked wide (training.seed) takes any 64-bit value.
+  bool wide = false;
 
   // Returns "section.key".
   std::string full_name() const;

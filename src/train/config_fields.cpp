@@ -15,6 +15,13 @@ namespace anvil {
       return &c.section.key;                                                     \
     }                                                                            \
   }
+// An integer row whose values may use all 64 bits (ConfigField::wide).
+#define ANVIL_WIDE_CONFIG_FIELD(section, key, help)                              \
+  ConfigField {                                                                  \
+    #section, #key, help, [](TrainConfig& c) -> ConfigFieldRef {                 \
+      return &c.section.key;                                                     \
+    }, true                                                                      \
+  }
 
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = {
@@ -50,7 +57,7 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(training, dtype, "compute dtype: f32, bf16, or fp16 (cpu, cpu-ref, sim)"),
       ANVIL_CONFIG_FIELD(training, activation_checkpointing, "recompute blocks in backward"),
       ANVIL_CONFIG_FIELD(training, doc_mask, "attend only within a document"),
-      ANVIL_CONFIG_FIELD(training, seed, "seed for weights and data order"),
+      ANVIL_WIDE_CONFIG_FIELD(training, seed, "seed for weights and data order"),
       ANVIL_CONFIG_FIELD(training, eval_every, "evaluate every N steps (0: only at the end)"),
       ANVIL_CONFIG_FIELD(training, eval_steps, "validation batches per evaluation"),
       ANVIL_CONFIG_FIELD(training, skip_nonfinite,
@@ -138,16 +145,22 @@ const std::vector<ConfigField>& config_fields() {
       ANVIL_CONFIG_FIELD(profile, steps,
                          "\"A:B\": trace steps A..B on every rank into <run>/trace.json "
                          "(empty: off)"),
+      ANVIL_CONFIG_FIELD(preflight, mode,
+                         "memory check before a run allocates: check (refuse a run that will "
+                         "not fit), warn (say so, go on) or off; --preflight=MODE sets it"),
+      ANVIL_CONFIG_FIELD(preflight, margin,
+                         "share of the free memory the planned peak must leave unused"),
   };
   return fields;
 }
 
 #undef ANVIL_CONFIG_FIELD
+#undef ANVIL_WIDE_CONFIG_FIELD
 
 const std::vector<std::string_view>& config_sections() {
   static const std::vector<std::string_view> sections = {
       "model",    "data", "training", "attention", "optimizer", "parallel", "checkpoint",
-      "lora",     "eval", "logging",  "profile"};
+      "lora",     "eval", "logging",  "profile",   "preflight"};
   return sections;
 }
 

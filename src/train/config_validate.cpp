@@ -272,6 +272,12 @@ void validate_rest(const TrainConfig& config) {
               "reductions are f32 ordered sums)");
   check_non_negative(config.checkpoint.every, "checkpoint.every");
   check_positive(config.checkpoint.keep, "checkpoint.keep");
+  ANVIL_CHECK(config.preflight.mode == "check" || config.preflight.mode == "warn" ||
+                  config.preflight.mode == "off",
+              "[config] preflight.mode must be check, warn or off, got '{}'",
+              config.preflight.mode);
+  ANVIL_CHECK(config.preflight.margin >= 0 && config.preflight.margin < 1,
+              "[config] preflight.margin must be in [0, 1), got {}", config.preflight.margin);
   ANVIL_CHECK(config.checkpoint.on_error == "stop" || config.checkpoint.on_error == "continue",
               "[config] checkpoint.on_error must be stop or continue, got '{}'",
               config.checkpoint.on_error);

@@ -197,6 +197,19 @@ int64_t steps_for_epochs(double epochs, int64_t windows, int64_t rows_per_step) 
   return std::max<int64_t>(1, static_cast<int64_t>(steps));
 }
 
+namespace {
+
+// Refuses data.sources: fine-tuning reads the one dataset --data names (a mixture of prepared
+// pretraining datasets is anvil train's).
+void refuse_data_sources(const TrainConfig& config) {
+  ANVIL_CHECK(config.data.sources.empty(),
+              "[finetune] data.sources is set ({} sources), but anvil finetune trains on the one "
+              "dataset --data names; drop data.sources, or train the mixture with anvil train",
+              config.data.sources.size());
+}
+
+}  // namespace
+
 TrainConfig resolve_finetune_config(const FinetuneRequest& request, Communicator& world) {
   const fs::path base = checked_base_dir(request.model_dir);
   const ExplicitKeys explicit_keys(request);
@@ -220,6 +233,7 @@ TrainConfig resolve_finetune_config(const FinetuneRequest& request, Communicator
     ANVIL_CHECK(!request.full || config.lora.r == 0,
                 "[finetune] run directory {} trains LoRA adapters; --full needs another --run-dir",
                 request.run_dir.string());
+    refuse_data_sources(config);
     validate_config(config);
     return config;
   }
@@ -233,6 +247,7 @@ TrainConfig resolve_finetune_config(const FinetuneRequest& request, Communicator
   if (!request.config_path.empty()) apply_config_file(config, request.config_path);
   for (const ConfigOverride& o : request.overrides) apply_config_override(config, o.name, o.value);
   if (request.full) config.lora.r = 0;
+  refuse_data_sources(config);
   if (!explicit_keys.has("training.seq_len")) {
     config.training.seq_len = std::min(config.training.seq_len, config.model.max_seq_len);
   }

@@ -349,6 +349,7 @@ TrainResult Trainer::run() {
       record.readback_bytes = outcome.waits.readback_bytes;
       record.mem_bytes = memory.total;
       record.mem_peak_bytes = memory.total_peak;
+      record.mem_planned_bytes = planned_peak_bytes_;
       record.mem_peak = memory.peak;
       record_sources(record, samples_before);
       metrics->write(record);

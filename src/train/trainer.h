@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@
 
 namespace anvil {
 
+class Backend;
+
 struct TrainRunOptions {
   TrainConfig config;  // resolved and validated
   std::filesystem::path run_dir;
@@ -30,6 +33,11 @@ struct TrainRunOptions {
   Communicator* world = nullptr;  // the ranks that train together; null: anvil::world()
   // Build everything, print and write the sharding and memory report, train nothing.
   bool dry_run = false;
+  // Runs on every rank once the backend exists, before the data is opened or anything large
+  // allocated: the pre-flight memory check (plan/preflight.h, set by the commands, which sit
+  // above the planner), throwing when the run will not fit. Returns the planned peak per
+  // device, written beside the measured peak in metrics.jsonl (0: none). Null: no check.
+  std::function<int64_t(const TrainConfig&, const Backend&, Communicator&)> preflight;
 };
 
 struct TrainResult {

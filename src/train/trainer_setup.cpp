@@ -62,6 +62,7 @@ Trainer::Trainer(const TrainRunOptions& options)
       watchdog_(make_watchdog(options.config, world_)),
       run_{options.run_dir},
       backend_(make_backend(options.backend)),
+      planned_peak_bytes_(options.preflight ? options.preflight(options.config, *backend_, world_) : 0),
       data_(open_training_data(options.config)),
       llama_(llama_config_from(options.config.model)),
       store_(run_.checkpoints_dir(), static_cast<int>(options.config.checkpoint.keep)),
@@ -73,7 +74,7 @@ Trainer::Trainer(const TrainRunOptions& options)
       eval_batch_size_(static_cast<int>(eval_batch_size(options.config))),
       train_batch_(int64_t{micro_batch_} * grad_accum_, seq_len_, options.config.training.doc_mask),
       eval_batch_(eval_batch_size_, seq_len_, options.config.training.doc_mask),
-      benchmarks_(options.config),
+      benchmarks_(options.config, root_),
       profiler_(parse_profile_steps(options.config.profile.steps, options.config.training.steps),
                 options.run_dir, world_) {
   ANVIL_CHECK(config_.lora.r == 0 || !config_.model.init_from.empty(),

@@ -90,6 +90,9 @@ class Trainer {
   std::unique_ptr<CollectiveWatchdog> watchdog_;
   RunDir run_;
   std::unique_ptr<Backend> backend_;
+  // The pre-flight's planned peak per device (0: no check ran), beside the measured one in
+  // every metrics record. Set before anything large is opened or allocated.
+  int64_t planned_peak_bytes_;
   TrainingData data_;
   LlamaConfig llama_;
   // The world the mesh splits: world_ itself for host tensors, else the backend's device

@@ -8,7 +8,7 @@
 
 namespace anvil {
 
-TrainingBenchmarks::TrainingBenchmarks(const TrainConfig& config) {
+TrainingBenchmarks::TrainingBenchmarks(const TrainConfig& config, bool warn) {
   const EvalConfigSection& eval = config.eval;
   if (eval.tasks.empty()) return;
   tokenizer_ = Tokenizer::load(run_tokenizer_path(config));
@@ -17,7 +17,8 @@ TrainingBenchmarks::TrainingBenchmarks(const TrainConfig& config) {
     task.info = &find_task(eval.tasks[i]);
     task.shots = eval.task_shots >= 0 ? static_cast<int>(eval.task_shots) : task.info->default_shots;
     task.docs = load_task(TaskLoadOptions{eval.tasks[i], eval.task_data[i],
-                                          static_cast<int>(eval.task_shots), eval.task_limit});
+                                          static_cast<int>(eval.task_shots), eval.task_limit,
+                                          warn});
     tasks_.push_back(std::move(task));
   }
 }

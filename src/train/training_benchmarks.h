@@ -19,7 +19,8 @@ namespace anvil {
 class TrainingBenchmarks {
  public:
   // Reads the tasks of config.eval (none: empty()). Bad task files throw before training.
-  explicit TrainingBenchmarks(const TrainConfig& config);
+  // `warn`: print the readers' warnings (world rank 0 of a job; the other ranks read quietly).
+  TrainingBenchmarks(const TrainConfig& config, bool warn);
 
   bool empty() const { return tasks_.empty(); }
   // Returns a line for the start-of-run log.

@@ -337,6 +337,13 @@ TEST_F(FinetuneSftTest, BadInputsAreOneLineErrorsWithNothingLeftBehind) {
   expect_one_line_error(run_anvil("finetune --model " + base + " --full --lora.r 4 --data " +
                                   (root / "next.jsonl").string() + " --run-dir " + run.string()),
                         "--full");
+  // A mixture of pretraining datasets is refused, never ignored (nor half prepared).
+  expect_one_line_error(
+      run_anvil("finetune --model " + base + " --data " + (root / "next.jsonl").string() +
+                " '--data.sources=[{ path = \"x\", weight = 1 }]' --run-dir " + run.string()),
+      "data.sources is set (1 sources), but anvil finetune trains on the one dataset --data "
+      "names");
+  EXPECT_FALSE(fs::exists(run));
   write_text(root / "bad.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
   expect_one_line_error(
       run_anvil("finetune --model " + base + " --data " + (root / "bad.jsonl").string() +

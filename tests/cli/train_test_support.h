@@ -38,7 +38,7 @@ inline std::vector<std::string> deterministic_metrics(const std::filesystem::pat
   std::ifstream in(run_dir / "metrics.jsonl");
   std::vector<std::string> lines;
   const std::regex measured_fields(
-      R"re(,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+)re"
+      R"re(,"(mem_bytes|mem_peak_bytes|mem_planned_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+)re"
       R"re(|,"mem_peak":\{[^}]*\})re");
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(R"({"type":"world")", 0) == 0) continue;

@@ -112,7 +112,9 @@ TEST(ConfigTest, KeySurfaceIsPinned) {
                                              "logging.json",
                                              "logging.tensorboard",
                                              "logging.peak_tflops",
-                                             "profile.steps"};
+                                             "profile.steps",
+                                             "preflight.mode",
+                                             "preflight.margin"};
   std::vector<std::string> actual;
   for (const ConfigField& field : config_fields()) actual.push_back(field.full_name());
   EXPECT_EQ(actual, expected);

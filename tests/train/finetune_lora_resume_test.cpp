@@ -48,7 +48,7 @@ std::string file_bytes(const fs::path& path) {
 std::vector<std::string> metrics_without_times(const fs::path& run_dir) {
   std::ifstream in(run_dir / "metrics.jsonl");
   const std::regex measured_fields(
-      R"re(,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+)re"
+      R"re(,"(mem_bytes|mem_peak_bytes|mem_planned_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+)re"
       R"re(|,"mem_peak":\{[^}]*\})re");
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);)

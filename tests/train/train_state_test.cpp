@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -75,6 +76,41 @@ TEST(ConfigOverride, NumbersPastTheirTypeAreOutOfRange) {
             "[config] --optimizer.lr is out of range: 1e999");
   EXPECT_EQ(error_of([&] { apply_config_override(config, "training.steps", "12x"); }),
             "[config] --training.steps must be an integer, got '12x'");
+}
+
+// A value that fits 64 bits but not the field (sizes and counts are held as int; reals as
+// float) is out of range as written, from TOML and from the command line alike: never wrapped
+// (dim = 2^40 once became "dim must be positive, got 0").
+TEST(ConfigToml, NumbersPastTheirFieldAreOutOfRangeAsWritten) {
+  TrainConfig config;
+  EXPECT_EQ(
+      error_of([&] { apply_config_toml(config, "[model]\ndim = 1099511627776\n", "a.toml"); }),
+      "[config] a.toml: model.dim is out of range: 1099511627776");
+  EXPECT_EQ(error_of([&] { apply_config_override(config, "model.dim", "1099511627776"); }),
+            "[config] --model.dim is out of range: 1099511627776");
+  EXPECT_EQ(error_of([&] {
+              apply_config_toml(config, "[training]\nbatch_size = -2147483649\n", "a.toml");
+            }),
+            "[config] a.toml: training.batch_size is out of range: -2147483649");
+  EXPECT_EQ(
+      error_of([&] { apply_config_toml(config, "[model]\nrope_theta = 1e39\n", "a.toml"); }),
+      "[config] a.toml: model.rope_theta is out of range: 1e+39");
+  EXPECT_EQ(error_of([&] { apply_config_toml(config, "[optimizer]\nlr = nan\n", "a.toml"); }),
+            "[config] a.toml: optimizer.lr is out of range: nan");
+  EXPECT_EQ(error_of([&] { apply_config_override(config, "model.norm_eps", "inf"); }),
+            "[config] --model.norm_eps is out of range: inf");
+  EXPECT_EQ(error_of([&] {
+              apply_config_toml(config, "[data]\nsources = [{ path = \"a\", weight = inf }]\n",
+                                "a.toml");
+            }),
+            "[config] a.toml: data.sources is out of range: inf");
+  // The edges fit; the seed takes all 64 bits.
+  apply_config_toml(config, "[model]\ndim = 2147483647\n[training]\nseed = 1099511627776\n",
+                    "a.toml");
+  EXPECT_EQ(config.model.dim, 2147483647);
+  EXPECT_EQ(config.training.seed, 1099511627776);
+  apply_config_override(config, "training.seed", "-9223372036854775808");
+  EXPECT_EQ(config.training.seed, std::numeric_limits<int64_t>::min());
 }
 
 TEST(ConfigToml, IntegersPast64BitsAreErrorsNamingTheFile) {

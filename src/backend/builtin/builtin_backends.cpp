@@ -38,6 +38,12 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   return entry->create();
 }
 
+int64_t free_device_memory(const Backend& backend) {
+  const BackendEntry* entry = backend_registry().find(backend.name());
+  if (entry == nullptr || !entry->free_memory) return -1;
+  return entry->free_memory(backend);
+}
+
 std::vector<std::string> compiled_backends() { return backend_registry().built_names(); }
 
 std::vector<std::string> describe_backends() {

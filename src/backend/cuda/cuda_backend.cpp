@@ -153,6 +153,13 @@ std::unique_ptr<cuda::CudaBackendEvent> CudaBackend::record_timed_event() {
 
 void CudaBackend::wait_event(const Event& event) { cuda::stream_wait_event(stream(), event); }
 
+int64_t CudaBackend::free_device_memory() const {
+  CUDA_CHECK(cudaSetDevice(device_index_));
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(free_bytes + memory_stats().bytes_cached);
+}
+
 std::unique_ptr<Stream> CudaBackend::create_stream() {
   CUDA_CHECK(cudaSetDevice(device_index_));
   return std::make_unique<cuda::CudaCopyStream>(host_wait_counter());
@@ -221,7 +228,10 @@ std::string describe_cuda_backend() {
 }
 
 void register_cuda_backend(BackendRegistry& registry) {
-  registry.add({"cuda", describe_cuda_backend, make_cuda_backend});
+  registry.add({"cuda", describe_cuda_backend, make_cuda_backend, true,
+                [](const Backend& backend) {
+                  return static_cast<const CudaBackend&>(backend).free_device_memory();
+                }});
 }
 
 }  // namespace anvil

@@ -43,6 +43,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_->get(); }
   void* native_stream() const override { return stream(); }
   int64_t source_allocations() const override { return memory_stats().source_allocations; }
+  // Returns cudaMemGetInfo's free bytes plus the blocks the caching allocator holds for reuse.
+  int64_t free_device_memory() const;
   // Returns the number of SMs of the device (sizes the grids of the one-launch reductions).
   int sm_count() const { return sm_count_; }
 

@@ -377,7 +377,12 @@ void register_sim_backend(BackendRegistry& registry) {
                       "kernels of the optimized cpu backend",
                       memory, kDefaultMemory);
                 },
-                [] { return std::unique_ptr<Backend>(new SimBackend(configured_capacity())); }});
+                [] { return std::unique_ptr<Backend>(new SimBackend(configured_capacity())); },
+                true,
+                [](const Backend& backend) {
+                  const sim::SimArena& arena = static_cast<const SimBackend&>(backend).arena();
+                  return static_cast<int64_t>(arena.capacity() - arena.bytes_in_use());
+                }});
 }
 
 }  // namespace anvil

@@ -52,7 +52,7 @@ FAULT_KINDS = [
 ]
 STEP_LINE = re.compile(r"^step\s+(\d+)/\d+ \|")
 VOLATILE_FIELDS = re.compile(
-    r',"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+|,"mem_peak":\{[^}]*\}')
+    r',"(mem_bytes|mem_peak_bytes|mem_planned_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+|,"mem_peak":\{[^}]*\}')
 
 
 class Failure(Exception):

@@ -46,7 +46,7 @@ run_logged() {
 # size change at a resume ({"type":"world",...}), which runs continued on other meshes write
 # and one straight run does not (elastic.sh compares them on their own).
 deterministic_metrics() {
-  sed -E -e 's/,"(mem_bytes|mem_peak_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+//g' \
+  sed -E -e 's/,"(mem_bytes|mem_peak_bytes|mem_planned_bytes|tokens_per_s|mfu|host_waits|readback_bytes|elapsed_s)":[-0-9.eE+]+//g' \
     -e 's/,"mem_peak":\{[^}]*\}//g' -e '/"type":"world"/d' "$1/metrics.jsonl"
 }
 
