@@ -11,6 +11,7 @@
 #include "model/lora.h"
 #include "model/tensor_parallel.h"
 #include "parallel/engine.h"
+#include "parallel/rank_buffers.h"
 
 namespace anvil {
 namespace {
@@ -63,33 +64,21 @@ PlannedLayouts planned_layouts(const LlamaConfig& config, const ModelOptions& op
   return out;
 }
 
-// The dtype stage 3 gathers the layer groups in: the compute dtype, unless the model computes
-// in f32 or trains LoRA adapters.
-DType planned_gather_dtype(const ModelOptions& options) {
-  return options.lora.enabled() ? DType::f32 : options.compute_dtype;
-}
-
-// The stage-3 weight slots the engine would plan for `layouts` (DataParallelEngine's
-// allocate_state).
-DataParallelEngine::WeightSlotPlan planned_weight_slots(const PlannedLayouts& layouts,
-                                                        const ModelOptions& options,
-                                                        const ParallelSettings& parallel) {
-  const bool lora = options.lora.enabled();
-  return DataParallelEngine::plan_weight_slots(
-      layouts.shard, *layouts.trainable, layouts.plan, lora ? &layouts.frozen_plan : nullptr,
-      LlamaModel::frozen_base_dtype(options), planned_gather_dtype(options), parallel.prefetch,
-      parallel.reshard_after_forward);
-}
-
-// Whether stages 1-2 hold the weights in the compute dtype beside sharded f32 masters (a
-// mixed-precision model without LoRA; DataParallelEngine's compute_replica_).
-bool replica_in_compute_dtype(const ModelOptions& options, int zero_stage) {
-  return (zero_stage == 1 || zero_stage == 2) && !options.lora.enabled() &&
-         options.compute_dtype != DType::f32;
-}
-
-int64_t& category(MemoryByCategory& bytes, MemoryCategory c) {
-  return bytes[static_cast<size_t>(c)];
+// Returns the sizing list of data rank `data_rank` (rank 0 of tp and cp) of `shape`.
+RankBuffers planned_buffers(const PlannedLayouts& layouts, const ModelOptions& model,
+                            const ParallelSettings& parallel, const MeshShape& shape,
+                            int micro_batches, int data_rank) {
+  RankBufferInputs inputs;
+  inputs.shard_config = layouts.shard;
+  inputs.trainable = layouts.trainable.get();
+  inputs.plan = &layouts.plan;
+  inputs.frozen_plan = model.lora.enabled() ? &layouts.frozen_plan : nullptr;
+  inputs.model = model;
+  inputs.parallel = parallel;
+  inputs.micro_batches = micro_batches;
+  inputs.data_rank = data_rank;
+  inputs.data_world = shape.dp * shape.fsdp * shape.cp;
+  return plan_rank_buffers(inputs);
 }
 
 }  // namespace
@@ -99,9 +88,9 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
                                                 const ParallelSettings& parallel, int world,
                                                 int micro_batches, int data_rank) {
   const MeshShape shape = resolve_mesh_shape(parallel, world);
-  const int zero_stage = parallel.zero_stage;
-  const ModelMemory model =
-      LlamaModel::planned_memory(config, mesh_model_options(options, shape, parallel));
+  const int zero_stage = static_cast<int>(parallel.zero_stage);
+  const ModelOptions rank_options = mesh_model_options(options, shape, parallel);
+  const ModelMemory model = LlamaModel::planned_memory(config, rank_options);
   PlannedMemory report;
   report.frozen = static_cast<int64_t>(model.frozen);
   report.weights = static_cast<int64_t>(model.trainable);
@@ -109,92 +98,28 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   report.activations = static_cast<int64_t>(model.activations);
   report.workspace = static_cast<int64_t>(model.compute_copies + model.ring_scratch);
   report.comm_buffers = static_cast<int64_t>(model.ring_blocks);
-  report.workspace += step_result_bytes(micro_batches, parallel.offload);
 
-  // What allocate_state and build_optimizer allocate.
+  // What the engine allocates beside the model: its sizing list.
   const PlannedLayouts layouts = planned_layouts(config, options, shape, zero_stage, data_rank);
+  const RankBuffers buffers =
+      planned_buffers(layouts, rank_options, parallel, shape, micro_batches, data_rank);
+  const MemoryByCategory device = buffers.bytes(false);
+  auto at = [&](MemoryCategory c) { return device[static_cast<size_t>(c)]; };
+  report.frozen += at(MemoryCategory::frozen_weights);
+  report.weights += at(MemoryCategory::trainable_weights);
+  report.gradients += at(MemoryCategory::gradients);
+  report.optimizer += at(MemoryCategory::optimizer_state);
+  report.comm_buffers += at(MemoryCategory::communication);
+  report.workspace += at(MemoryCategory::workspace);
+  report.host = buffers.bytes(true);
+
   const ShardPlan& plan = layouts.plan;
-  const bool lora = options.lora.enabled();
-  const DType frozen_dtype = LlamaModel::frozen_base_dtype(options);
-  const bool fast = parallel.reduce == ReduceMode::fast;
+  const bool fast = parallel.reduce_mode() == ReduceMode::fast;
   const int data_world = shape.dp * shape.fsdp * shape.cp;
-  const DType reduced = reduction_dtype(parallel.reduce, parallel.reduce_dtype, data_world);
-  const int64_t reduced_size = static_cast<int64_t>(dtype_size(reduced));
-  const bool running_sum_here = !fast && data_rank == 0 && micro_batches > 1;
-  const bool shards_offloaded = parallel.offload && zero_stage == 3;
-  const DType gather_dtype = planned_gather_dtype(options);
-  const bool replica_in_compute = replica_in_compute_dtype(options, zero_stage);
-  const WeightSlotPlan slots = zero_stage == 3 || replica_in_compute
-                                   ? planned_weight_slots(layouts, options, parallel)
-                                   : WeightSlotPlan{};
+  const int64_t reduced_size = static_cast<int64_t>(dtype_size(buffers.reduce_dtype));
   const int64_t f32 = sizeof(float);
-  int64_t longest_shard = 0;
-  for (int g = 0; g < plan.group_count(); ++g) {
-    const GroupShard& s = plan.group(g);
-    if (s.numel == 0) continue;
-    if (replica_in_compute) {
-      report.weights += s.shard * f32;  // the master shard
-      report.workspace += static_cast<int64_t>(slots.groups[static_cast<size_t>(g)].bytes);
-    } else if (zero_stage == 1 || zero_stage == 2) {
-      report.weights += s.padded * f32;
-    }
-    if (zero_stage == 3 && shards_offloaded) {
-      // What the gathers read: on the device, or with offload_params in host memory.
-      const auto bytes = static_cast<int64_t>(
-          offloaded_shard_bytes(slots.groups[static_cast<size_t>(g)], s, gather_dtype));
-      if (parallel.offload_params) {
-        category(report.host, MemoryCategory::trainable_weights) += bytes;
-      } else {
-        report.weights += bytes;
-      }
-    } else if (zero_stage == 3) {
-      report.weights += s.shard * f32;
-    }
-    if (zero_stage >= 2 && !shards_offloaded) report.gradients += s.shard * f32;
-    if (zero_stage <= 1 && running_sum_here) report.gradients += s.numel * f32;
-    if (zero_stage <= 1 && reduced != DType::f32) report.comm_buffers += s.numel * reduced_size;
-    if (s.shard_length == 0) continue;
-    longest_shard = std::max(longest_shard, s.shard_length);
-    if (!parallel.offload) {
-      report.optimizer += 2 * s.shard_length * f32;  // AdamW m and v
-      continue;
-    }
-    // HostAdamW: m, v, the f32 master and the gradient copy of the shard.
-    category(report.host, MemoryCategory::optimizer_state) += 2 * s.shard_length * f32;
-    category(report.host, MemoryCategory::trainable_weights) += s.shard_length * f32;
-    category(report.host, MemoryCategory::gradients) += s.shard_length * f32;
-  }
-  if (shards_offloaded) {
-    if (gather_dtype != DType::f32 && !parallel.offload_params) {  // the cast's staging
-      category(report.host, MemoryCategory::workspace) =
-          longest_shard * static_cast<int64_t>(dtype_size(gather_dtype));
-    }
-    const GradientSlotPlan staging = plan_shard_staging(layouts.shard, plan);
-    for (int k = 0; k < 2; ++k) report.comm_buffers += staging.count[k] * staging.elements[k] * f32;
-    if (!fast && micro_batches > 1)  // exact: the running sum's slice goes back up
-      report.comm_buffers += plan.max_padded() / plan.world() * f32;
-  }
-  if (zero_stage == 3) {
-    if (lora) {
-      for (int g = 0; g < layouts.frozen_plan.group_count(); ++g)
-        report.frozen += layouts.frozen_plan.group(g).shard *
-                         static_cast<int64_t>(dtype_size(frozen_dtype));
-    }
-    for (int k = 0; k < 2; ++k)
-      report.comm_buffers += slots.count[k] * static_cast<int64_t>(slots.bytes[k]);
-  }
-  if (zero_stage >= 2) {
-    const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
-    for (int k = 0; k < 2; ++k) report.comm_buffers += slots.count[k] * slots.elements[k] * f32;
-    if (!fast && micro_batches > 1) report.comm_buffers += plan.max_padded() * f32;
-    for (int k = 0; fast && k < 2; ++k) {
-      const ScatterScratch scratch =
-          plan_scatter_scratch(slots.elements[k], data_world, reduced, micro_batches);
-      report.comm_buffers += slots.count[k] * static_cast<int64_t>(scratch.bytes);
-    }
-  }
   // MPI runs exact sums and 16-bit ones as ordered sums; a fast f32 sum is the library's.
-  if (data_world > 1 && (!fast || reduced != DType::f32)) {
+  if (data_world > 1 && (!fast || buffers.reduce_dtype != DType::f32)) {
     // An ordered sum adds the contributions as they arrive (comm/mpi/mpi_handles.h): two
     // receive buffers of the rank's slice, for a 16-bit sum f32 totals of the slice, and for
     // an all-reduce a copy of its own chunk (ranks > 0). Planned for the rank that holds the
@@ -214,7 +139,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
       // As many reduce-scatters as the gradient slots let start before the oldest finishes:
       // one per slot of pool 0 (at most its size), and pool 1's groups at their own sizes (the
       // largest; with tied embeddings each of them, the table's slot being pinned).
-      const GradientSlotPlan slots = plan_gradient_slots(layouts.shard, plan);
+      const GradientSlotPlan& slots = buffers.gradient_slots;
       int64_t outer = 0;
       for (int g = 0; g < plan.group_count(); ++g) {
         if (slots.pool[static_cast<size_t>(g)] != 1) continue;
@@ -233,16 +158,18 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
     int world, int micro_batches, int64_t micro_batch_rows) {
   using Kind = PlannedCollective::Kind;
   const MeshShape shape = resolve_mesh_shape(parallel, world);
-  const int zero_stage = parallel.zero_stage;
+  const int zero_stage = static_cast<int>(parallel.zero_stage);
   const PlannedLayouts layouts = planned_layouts(config, options, shape, zero_stage, 0);
+  const RankBuffers buffers = planned_buffers(
+      layouts, mesh_model_options(options, shape, parallel), parallel, shape, micro_batches, 0);
   const ShardPlan& plan = layouts.plan;
   const int data_world = shape.dp * shape.fsdp * shape.cp;
   const int shards = shard_count(shape, zero_stage);  // the engine's fsdp() axis
   const int replicas = data_world / shards;          // and its dp() axis
   const int64_t m = micro_batches, f32 = sizeof(float);
-  const bool fast = parallel.reduce == ReduceMode::fast;
+  const bool fast = parallel.reduce_mode() == ReduceMode::fast;
   const int64_t reduced = static_cast<int64_t>(
-      dtype_size(reduction_dtype(parallel.reduce, parallel.reduce_dtype, data_world)));
+      dtype_size(reduction_dtype(parallel, data_world)));
   int64_t numel = 0, padded = 0, shard = 0;
   for (int g = 0; g < plan.group_count(); ++g) {
     const GroupShard& s = plan.group(g);
@@ -278,19 +205,19 @@ std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
   }
   // Stages 1-2: each rank stepped its shard of the replica; the replicas are gathered back
   // (in mixed precision in the compute dtype, every group gathered, norms packed in f32).
-  if (replica_in_compute_dtype(options, zero_stage)) {
-    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel);
+  if (buffers.compute_replica) {
     int64_t bytes = 0;
-    for (const SlotLayout& slot : slots.groups) bytes += slot.gather_bytes;
+    for (const SlotLayout& slot : buffers.weight_slots.groups) bytes += slot.gather_bytes;
     add("fsdp", "weight all-gather after the step", Kind::all_gather, shards, bytes, false);
   } else if ((zero_stage == 1 || zero_stage == 2) && shards > 1) {
     add("fsdp", "weight all-gather after the step", Kind::all_gather, shards, padded * f32,
         false);
   }
   if (zero_stage == 3) {
-    const WeightSlotPlan slots = planned_weight_slots(layouts, options, parallel);
     add("fsdp", "weight all-gather", Kind::all_gather, shards,
-        stage3_gather_bytes(layouts.shard, micro_batches, slots, parallel.prefetch), true);
+        stage3_gather_bytes(layouts.shard, micro_batches, buffers.weight_slots,
+                            parallel.prefetch),
+        true);
   }
   // Tensor parallelism (estimate, (N, C) f32 sums of one micro-batch each): the row-parallel
   // outputs of attention and MLP in forward and the column-parallel input gradients in

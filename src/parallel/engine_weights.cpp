@@ -74,16 +74,14 @@ void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t cou
   const int64_t first = std::max(begin, lo);
   const int64_t last = std::min(begin + count, hi);
   if (first >= last) return;
-  wait_weight_slots();
+  gatherer_.wait_all();
   if (shards_offloaded()) {
     // The host master is the weights; the device shard follows before its next gather.
-    host_optimizer_->wait_all();
-    std::copy_n(values + (first - begin), last - first, host_master(group).f32() + (first - lo));
-    device_shard_stale_[static_cast<size_t>(group)] = true;
-    forget_weight_slots();
+    offload_->write_master(group, first - lo, last - first, values + (first - begin));
+    gatherer_.forget_cached();
     return;
   }
-  if (compute_replica_) {
+  if (compute_replica()) {
     // Every rank is handed the whole group: the replica takes all of it, the master shard
     // its own part.
     write_replica(group, first, last - first, values + (first - begin));
@@ -99,14 +97,14 @@ void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t cou
                                       : model_weights(group).flat(first, last - first);
     model_->backend().copy_from_host(target, values + (first - begin));
   }
-  if (stage_ == 3) forget_weight_slots();
-  host_masters_stale_ = true;  // an offloaded optimizer re-reads its masters before the step
+  if (stage_ == 3) gatherer_.forget_cached();
+  if (offloaded()) offload_->mark_masters_stale();  // re-read before the step
 }
 
 void DataParallelEngine::write_replica(int group, int64_t first, int64_t count,
                                        const float* values) {
-  const SlotLayout& layout = slot_plan_.groups[static_cast<size_t>(group)];
-  const Buffer& replica = storage_[static_cast<size_t>(group)].replica;
+  const SlotLayout& layout = slot_plan().groups[static_cast<size_t>(group)];
+  const Buffer& replica = state_.group(group).replica;
   const int64_t padded = plan_.group(group).padded;
   Backend& backend = model_->backend();
   // The values go up once in f32 and are cast there, as a publish casts the masters.
@@ -117,13 +115,13 @@ void DataParallelEngine::write_replica(int group, int64_t first, int64_t count,
   if (!layout.compute) {
     backend.copy(buffer_view(replica, DType::f32, 0, padded).flat(first, count), staged);
     if (layout.cast_locally) {
-      backend.cast(staged, buffer_view(replica, gather_dtype_, layout.compute_offset, padded)
+      backend.cast(staged, buffer_view(replica, gather_dtype(), layout.compute_offset, padded)
                                .flat(first, count));
     }
     return;
   }
   backend.cast(staged,
-               buffer_view(replica, gather_dtype_, layout.compute_offset, padded).flat(first, count));
+               buffer_view(replica, gather_dtype(), layout.compute_offset, padded).flat(first, count));
   const Tensor f32 = buffer_view(replica, DType::f32, layout.f32_offset, layout.parts.f32_numel);
   int64_t unpacked = 0;
   for (const ComputeParts::Range& range : layout.parts.f32) {
@@ -180,19 +178,19 @@ void DataParallelEngine::gather_local_gradients(int group, float* host) {
   }
   // Stages 2-3: each fsdp shard holds its part of the reduced gradient.
   if (shards_offloaded()) {
-    gather_host_shards(group, host_gradient(group), host);
+    gather_host_shards(group, offload_->gradient(group), host);
     return;
   }
   const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
   const Tensor all = gathered.as(DType::f32, Shape{s.padded});
   mesh_->fsdp().all_gather(
-      storage_[static_cast<size_t>(group)].grad_shard.as(DType::f32, Shape{s.shard}), all);
+      state_.group(group).grad_shard.as(DType::f32, Shape{s.shard}), all);
   model_->backend().copy_to_host(host, all.flat(0, s.numel));
 }
 
 void DataParallelEngine::gather_host_shards(int group, const Tensor& shard, float* host) {
   const GroupShard& s = plan_.group(group);
-  host_optimizer_->wait_all();
+  offload_->host().wait_all();
   const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
   const Tensor all = gathered.as(DType::f32, Shape{s.padded});
   if (s.shard_length > 0)
@@ -209,19 +207,19 @@ void DataParallelEngine::gather_local_weights(int group, float* host) {
     return;
   }
   if (shards_offloaded()) {
-    gather_host_shards(group, host_master(group), host);
+    gather_host_shards(group, offload_->master(group), host);
     return;
   }
-  if (gather_dtype_ != DType::f32) {
+  if (gather_dtype() != DType::f32) {
     // The slots hold the compute dtype: the f32 masters are gathered apart.
     const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
     const Tensor all = gathered.as(DType::f32, Shape{s.padded});
     mesh_->fsdp().all_gather(
-        storage_[static_cast<size_t>(group)].weight_shard.as(DType::f32, Shape{s.shard}), all);
+        state_.group(group).weight_shard.as(DType::f32, Shape{s.shard}), all);
     model_->backend().copy_to_host(host, all.flat(0, s.numel));
     return;
   }
-  SlotPool& pool = weight_pool(group);
+  SlotPool& pool = gatherer_.pool(group);
   const int cached = pool.find(group);
   if (cached >= 0) {
     pool.wait(cached);
@@ -231,10 +229,10 @@ void DataParallelEngine::gather_local_weights(int group, float* host) {
   // Only the trainable part: a checkpoint never needs the frozen base gathered. The slot then
   // holds an incomplete group, so nothing may take it for a cached copy afterwards.
   const int slot = pool.take(group);
-  start_weight_gather(group, slot, false);
+  gatherer_.start_gather(group, slot, false);
   pool.wait(slot);
   model_->backend().copy_to_host(host, pool.tensor(slot, s.numel));
-  forget_weight_slots();
+  gatherer_.forget_cached();
 }
 
 void DataParallelEngine::set_frozen_weights(int index, const float* values) {
@@ -258,11 +256,11 @@ void DataParallelEngine::set_frozen_weights(int index, const float* values) {
   const int64_t first = std::max(info.offset, s.shard_begin);
   const int64_t last = std::min(info.offset + info.numel(), s.shard_begin + s.shard_length);
   if (first >= last) return;
-  wait_weight_slots();
+  gatherer_.wait_all();
   write_f32_values(model_->backend(),
                    frozen_shard(info.group).flat(first - s.shard_begin, last - first),
                    local_values + (first - info.offset));
-  forget_weight_slots();
+  gatherer_.forget_cached();
 }
 
 std::shared_ptr<const ParameterLayout> DataParallelEngine::trainable_layout_at_tp(int tp) const {

@@ -67,66 +67,41 @@ class CommunicatorContextParallel final : public ContextParallelOps {
 }  // namespace
 
 MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size) {
-  ANVIL_CHECK(settings.zero_stage >= 0 && settings.zero_stage <= 3,
-              "[parallel] zero_stage must be 0, 1, 2 or 3, got {}", settings.zero_stage);
-  ANVIL_CHECK(settings.prefetch >= 1, "[parallel] prefetch must be at least 1, got {}",
-              settings.prefetch);
-  ANVIL_CHECK(settings.dp >= 0 && settings.fsdp >= 0,
-              "[parallel] dp and fsdp must be >= 1 (or 0 for automatic), got dp = {}, fsdp = {}",
-              settings.dp, settings.fsdp);
-  ANVIL_CHECK(settings.tp >= 1, "[parallel] tp must be at least 1, got {}", settings.tp);
-  ANVIL_CHECK(!settings.sequence_parallel || settings.tp > 1,
-              "[parallel] sequence parallelism splits the sequence over the tp ranks; it needs "
-              "tp > 1, got {}",
-              settings.tp);
-  ANVIL_CHECK(settings.cp >= 1, "[parallel] cp must be at least 1, got {}", settings.cp);
-  ANVIL_CHECK(settings.reduce_dtype == DType::f32 || settings.reduce_dtype == DType::bf16,
-              "[parallel] reduce_dtype must be f32 or bf16, got {}",
-              dtype_name(settings.reduce_dtype));
-  ANVIL_CHECK(settings.reduce_dtype == DType::f32 || settings.reduce == ReduceMode::fast,
-              "[parallel] reduce_dtype = bf16 needs reduce = fast (exact reductions are f32 "
-              "ordered sums)");
-  ANVIL_CHECK(!settings.offload_params || (settings.offload && settings.zero_stage == 3),
-              "[parallel] offload_params needs offload = true and zero_stage = 3 (the weight "
-              "shard moves to the host with the optimizer's)");
-  ANVIL_CHECK(settings.reshard_after_forward || settings.zero_stage == 3,
-              "[parallel] reshard_after_forward = false needs zero_stage = 3 (only stage 3 "
-              "gathers weights), got stage {}",
-              settings.zero_stage);
+  validate_parallel_settings(settings);
+  MeshShape shape;
+  shape.tp = static_cast<int>(settings.tp);
+  shape.cp = static_cast<int>(settings.cp);
+  const int dp = static_cast<int>(settings.dp), fsdp = static_cast<int>(settings.fsdp);
   // Messages name cp only when it is in use.
   const bool with_cp = settings.cp > 1;
-  ANVIL_CHECK(world_size % (settings.tp * settings.cp) == 0,
+  ANVIL_CHECK(world_size % (int64_t{shape.tp} * shape.cp) == 0,
               "[parallel] {} = {} does not divide the {} ranks of the world",
               with_cp ? "tp x cp" : "tp",
-              with_cp ? fmt::format("{} x {}", settings.tp, settings.cp)
-                      : std::to_string(settings.tp),
+              with_cp ? fmt::format("{} x {}", shape.tp, shape.cp) : std::to_string(shape.tp),
               world_size);
-  MeshShape shape;
-  shape.tp = settings.tp;
-  shape.cp = settings.cp;
   const int rest = world_size / (shape.tp * shape.cp);
-  if (settings.dp == 0 && settings.fsdp == 0) {
+  if (dp == 0 && fsdp == 0) {
     shape.dp = settings.zero_stage == 0 ? rest : 1;
     shape.fsdp = settings.zero_stage == 0 ? 1 : rest;
-  } else if (settings.dp == 0) {
-    ANVIL_CHECK(rest % settings.fsdp == 0,
+  } else if (dp == 0) {
+    ANVIL_CHECK(rest % fsdp == 0,
                 "[parallel] fsdp = {} does not divide the {} ranks of the world (tp = {}{})",
-                settings.fsdp, world_size, shape.tp,
+                fsdp, world_size, shape.tp,
                 with_cp ? fmt::format(", cp = {}", shape.cp) : std::string());
-    shape.fsdp = settings.fsdp;
-    shape.dp = rest / settings.fsdp;
-  } else if (settings.fsdp == 0) {
-    ANVIL_CHECK(rest % settings.dp == 0,
+    shape.fsdp = fsdp;
+    shape.dp = rest / fsdp;
+  } else if (fsdp == 0) {
+    ANVIL_CHECK(rest % dp == 0,
                 "[parallel] dp = {} does not divide the {} ranks of the world (tp = {}{})",
-                settings.dp, world_size, shape.tp,
+                dp, world_size, shape.tp,
                 with_cp ? fmt::format(", cp = {}", shape.cp) : std::string());
-    shape.dp = settings.dp;
-    shape.fsdp = rest / settings.dp;
+    shape.dp = dp;
+    shape.fsdp = rest / dp;
   } else {
-    shape.dp = settings.dp;
-    shape.fsdp = settings.fsdp;
+    shape.dp = dp;
+    shape.fsdp = fsdp;
   }
-  const int product = shape.dp * shape.fsdp * shape.tp * shape.cp;
+  const int64_t product = int64_t{shape.dp} * shape.fsdp * shape.tp * shape.cp;
   ANVIL_CHECK(product == world_size,
               "[parallel] dp x fsdp x tp{} = {} x {} x {}{} = {} but the job has {} ranks; set "
               "parallel.dp and parallel.fsdp so that their product is {} (or 0 to derive one)",
@@ -203,8 +178,8 @@ std::string DeviceMesh::describe() const {
           ? fmt::format(" (sharded over fsdp x cp = {})", shard_count())
           : std::string();
   const std::string reduce =
-      settings_.reduce == ReduceMode::fast
-          ? fmt::format(", fast {} reduce", dtype_name(settings_.reduce_dtype))
+      settings_.reduce_mode() == ReduceMode::fast
+          ? fmt::format(", fast {} reduce", settings_.reduce_dtype)
           : std::string();
   return fmt::format("world {} = dp {} x fsdp {} x tp {}{}, ZeRO stage {}{}{}{}", world_->size(),
                      shape_.dp, shape_.fsdp, shape_.tp, cp, settings_.zero_stage, shards,

@@ -25,36 +25,9 @@
 #include "comm/counting_communicator.h"
 #include "model/context_parallel.h"
 #include "model/tensor_parallel.h"
+#include "parallel/parallel_settings.h"
 
 namespace anvil {
-
-// How the engine reduces gradients (docs/distributed.md section 5). exact: ordered sums after
-// every micro-step, bitwise equal to one process at any mesh. fast: the library's own
-// all-reduce (stages 0-1, once per step) or reduce-scatter (stages 2-3, once per micro-step),
-// optionally in bf16; repeatable on a fixed mesh, not equal across meshes.
-enum class ReduceMode { exact, fast };
-
-// The [parallel] settings as the user gave them; 0 for dp or fsdp means "work it out".
-struct ParallelSettings {
-  int dp = 0;
-  int fsdp = 0;
-  int tp = 1;
-  int cp = 1;  // context parallelism: each sequence cut over cp ranks (ring attention)
-  bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
-  int zero_stage = 0;  // 0 replicate, 1 shard optimizer state, 2 + gradients, 3 + weights
-  bool offload = false;
-  // Stage 3 with offload (DeepSpeed's offload_param): the weight shard the gathers read lives
-  // in host memory too; each gather first uploads this rank's part into its place in the slot.
-  bool offload_params = false;
-  int prefetch = 1;  // ZeRO-3: groups gathered ahead of the one in use (>= 1)
-  // ZeRO-3 (FSDP2's reshard_after_forward): true frees each layer's gathered weights after its
-  // forward and gathers them again for backward; false keeps every layer gathered from its
-  // forward to the end of the step (one slot per layer; backward and later micro-batches
-  // gather nothing).
-  bool reshard_after_forward = true;
-  ReduceMode reduce = ReduceMode::exact;
-  DType reduce_dtype = DType::f32;  // what fast reductions move: f32, or bf16 (fast only)
-};
 
 // Resolved axis sizes; dp * fsdp * tp * cp equals the world size.
 struct MeshShape {
@@ -64,8 +37,9 @@ struct MeshShape {
   int cp = 1;
 };
 
-// Resolves the auto axes against `world_size`; throws "[parallel] ..." naming the numbers when
-// the settings cannot describe this world (bad stage, a product that does not match).
+// Resolves the auto axes against `world_size`: validates the settings
+// (validate_parallel_settings), then throws "[parallel] ..." naming the numbers when they
+// cannot describe this world (a product that does not match, an axis that does not divide).
 MeshShape resolve_mesh_shape(const ParallelSettings& settings, int world_size);
 
 // Payload bytes this rank has handed to each axis's collectives (CountingCommunicator); the
@@ -102,13 +76,14 @@ class DeviceMesh {
   // The ranks with this rank's tp index, in data rank order; size dp x fsdp x cp.
   Communicator& data() const { return *data_; }
   const MeshShape& shape() const { return shape_; }
-  int zero_stage() const { return settings_.zero_stage; }
+  const ParallelSettings& settings() const { return settings_; }
+  int zero_stage() const { return static_cast<int>(settings_.zero_stage); }
   bool offload() const { return settings_.offload; }
   bool offload_params() const { return settings_.offload_params; }
-  int prefetch() const { return settings_.prefetch; }
+  int prefetch() const { return static_cast<int>(settings_.prefetch); }
   bool reshard_after_forward() const { return settings_.reshard_after_forward; }
-  ReduceMode reduce_mode() const { return settings_.reduce; }
-  DType reduce_dtype() const { return settings_.reduce_dtype; }
+  ReduceMode reduce_mode() const { return settings_.reduce_mode(); }
+  DType reduce_dtype() const { return settings_.reduce_type(); }
   // Returns this rank's index in data() and data()'s size (the engine's reduction and
   // sharding ranks; they equal sample_rank()/sample_world() when cp is 1).
   int data_rank() const { return data_->rank(); }

@@ -159,7 +159,7 @@ StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
   t.ceilings.launch_s = hw.launch_us * 1e-6;
 
   const std::vector<PlannedCollective> collectives = DataParallelEngine::planned_collectives(
-      llama, options, parallel_settings_from(config.parallel), world, micro_batches,
+      llama, options, config.parallel, world, micro_batches,
       micro_batch * seq / shape.cp);
   const HeadChunking head = planned_head(config, llama, options, shape);
   const StepStateWork state =
@@ -293,7 +293,7 @@ std::vector<TrainConfig> candidate_meshes(const TrainConfig& config, int nproc,
         if (tp == 1) c.parallel.sequence_parallel = false;
         try {
           validate_config(c);
-          resolve_mesh_shape(parallel_settings_from(c.parallel), nproc);
+          resolve_mesh_shape(c.parallel, nproc);
           out.push_back(c);
         } catch (const Error& e) {
           if (first_error.empty()) first_error = e.what();
@@ -327,7 +327,7 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   plan.config = input;
   const TrainConfig& config = plan.config;
   validate_config(config);
-  plan.shape = resolve_mesh_shape(parallel_settings_from(config.parallel), settings.nproc);
+  plan.shape = resolve_mesh_shape(config.parallel, settings.nproc);
   plan.world = settings.nproc;
   plan.zero_stage = static_cast<int>(config.parallel.zero_stage);
   plan.offload = config.parallel.offload;
@@ -336,7 +336,7 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
   const ModelOptions options = model_options_from(config);
   const int micro_batches = static_cast<int>(config.training.grad_accum);
 
-  const ParallelSettings parallel = parallel_settings_from(config.parallel);
+  const ParallelSettings parallel = config.parallel;
   const PlannedMemory planned =
       DataParallelEngine::planned_memory(llama, options, parallel, plan.world, micro_batches);
   plan.buffers = planned.by_category();

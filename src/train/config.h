@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/parameter_table.h"
+#include "parallel/parallel_settings.h"
 
 namespace anvil {
 
@@ -101,33 +102,6 @@ struct OptimizerConfigSection {
   double wsd_decay_fraction = 0.2;
 };
 
-// dp x fsdp x tp x cp = the job's ranks; 0 for dp or fsdp derives it (docs/distributed.md).
-struct ParallelConfigSection {
-  int64_t dp = 0;
-  int64_t fsdp = 0;
-  int64_t tp = 1;
-  int64_t cp = 1;  // context parallelism: each sequence cut over cp ranks (ring attention)
-  bool sequence_parallel = false;  // split the residual stream over the tp ranks (tp > 1)
-  int64_t zero_stage = 0;
-  bool offload = false;
-  // ZeRO-3: parameter groups gathered ahead of the one in use (transient compute-dtype slots).
-  int64_t prefetch = 1;
-  // With offload and ZeRO-3: the weight shard in host memory too (DeepSpeed's offload_param).
-  bool offload_params = false;
-  // ZeRO-3: free each layer's gathered weights after its forward (true), or keep every layer
-  // gathered until the step ends (false: backward gathers nothing, at one slot per layer).
-  bool reshard_after_forward = true;
-  // Overlap collectives with compute (stage-3 prefetch, reductions in flight during backward);
-  // false makes every collective complete where it starts (for measuring what overlap hides).
-  bool overlap = true;
-  // Seconds a rank may wait inside one collective before the watchdog ends it (0: off).
-  double collective_timeout_s = 600.0;
-  // Gradient reductions: "exact" (ordered sums, bitwise one process) or "fast" (the library's
-  // own all-reduce / reduce-scatter), in reduce_dtype "f32" or (fast only) "bf16".
-  std::string reduce = "exact";
-  std::string reduce_dtype = "f32";
-};
-
 struct CheckpointConfigSection {
   int64_t every = 200;  // 0: only at the end (and on SIGINT/SIGTERM)
   int64_t keep = 3;
@@ -187,7 +161,7 @@ struct TrainConfig {
   TrainingConfigSection training;
   AttentionConfigSection attention;
   OptimizerConfigSection optimizer;
-  ParallelConfigSection parallel;
+  ParallelSettings parallel;  // declared, validated and read by the engine as one type
   CheckpointConfigSection checkpoint;
   LoraConfigSection lora;
   EvalConfigSection eval;

@@ -227,15 +227,9 @@ void validate_data(const DataConfigSection& data) {
 
 void validate_rest(const TrainConfig& config) {
   validate_data(config.data);
-  check_non_negative(config.parallel.dp, "parallel.dp");
-  check_non_negative(config.parallel.fsdp, "parallel.fsdp");
-  check_positive(config.parallel.tp, "parallel.tp");
-  check_positive(config.parallel.cp, "parallel.cp");
+  validate_parallel_settings(config.parallel);
+  // What the [parallel] settings ask of the training shape.
   check_cp_seq_len(config.training.seq_len, static_cast<int>(config.parallel.cp));
-  ANVIL_CHECK(!config.parallel.sequence_parallel || config.parallel.tp > 1,
-              "[config] parallel.sequence_parallel splits the sequence over the tp ranks; it "
-              "needs parallel.tp > 1, got tp = {}",
-              config.parallel.tp);
   // Under context parallelism a rank holds seq_len / cp positions of each sequence.
   const int64_t local_seq = config.training.seq_len / config.parallel.cp;
   ANVIL_CHECK(!config.parallel.sequence_parallel ||
@@ -243,33 +237,6 @@ void validate_rest(const TrainConfig& config) {
               "[config] parallel.sequence_parallel: tp = {} must divide the batch_size x seq_len "
               "/ cp = {} x {} positions of a rank's micro-batch",
               config.parallel.tp, config.training.batch_size, local_seq);
-  ANVIL_CHECK(config.parallel.zero_stage >= 0 && config.parallel.zero_stage <= 3,
-              "[config] parallel.zero_stage must be 0, 1, 2 or 3, got {}",
-              config.parallel.zero_stage);
-  ANVIL_CHECK(config.parallel.prefetch >= 1 && config.parallel.prefetch <= 64,
-              "[config] parallel.prefetch must be 1..64 groups gathered ahead, got {}",
-              config.parallel.prefetch);
-  ANVIL_CHECK(!config.parallel.offload_params ||
-                  (config.parallel.offload && config.parallel.zero_stage == 3),
-              "[config] parallel.offload_params needs parallel.offload = true and "
-              "parallel.zero_stage = 3");
-  ANVIL_CHECK(config.parallel.reshard_after_forward || config.parallel.zero_stage == 3,
-              "[config] parallel.reshard_after_forward = false needs parallel.zero_stage = 3 "
-              "(only stage 3 gathers weights), got stage {}",
-              config.parallel.zero_stage);
-  ANVIL_CHECK(config.parallel.collective_timeout_s >= 0 &&
-                  std::isfinite(config.parallel.collective_timeout_s),
-              "[config] parallel.collective_timeout_s must be >= 0 seconds (0 disables the hang "
-              "watchdog), got {}",
-              config.parallel.collective_timeout_s);
-  ANVIL_CHECK(config.parallel.reduce == "exact" || config.parallel.reduce == "fast",
-              "[config] parallel.reduce must be exact or fast, got '{}'", config.parallel.reduce);
-  ANVIL_CHECK(config.parallel.reduce_dtype == "f32" || config.parallel.reduce_dtype == "bf16",
-              "[config] parallel.reduce_dtype must be f32 or bf16, got '{}'",
-              config.parallel.reduce_dtype);
-  ANVIL_CHECK(config.parallel.reduce_dtype == "f32" || config.parallel.reduce == "fast",
-              "[config] parallel.reduce_dtype = bf16 needs parallel.reduce = fast (exact "
-              "reductions are f32 ordered sums)");
   check_non_negative(config.checkpoint.every, "checkpoint.every");
   check_positive(config.checkpoint.keep, "checkpoint.keep");
   ANVIL_CHECK(config.preflight.mode == "check" || config.preflight.mode == "warn" ||

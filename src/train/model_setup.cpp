@@ -26,23 +26,6 @@ ModelOptions model_options_from(const TrainConfig& config) {
   return options;
 }
 
-ParallelSettings parallel_settings_from(const ParallelConfigSection& parallel) {
-  ParallelSettings settings;
-  settings.dp = static_cast<int>(parallel.dp);
-  settings.fsdp = static_cast<int>(parallel.fsdp);
-  settings.tp = static_cast<int>(parallel.tp);
-  settings.cp = static_cast<int>(parallel.cp);
-  settings.sequence_parallel = parallel.sequence_parallel;
-  settings.zero_stage = static_cast<int>(parallel.zero_stage);
-  settings.offload = parallel.offload;
-  settings.prefetch = static_cast<int>(parallel.prefetch);
-  settings.reshard_after_forward = parallel.reshard_after_forward;
-  settings.offload_params = parallel.offload_params;
-  settings.reduce = parallel.reduce == "fast" ? ReduceMode::fast : ReduceMode::exact;
-  settings.reduce_dtype = parse_dtype(parallel.reduce_dtype);
-  return settings;
-}
-
 LlamaConfig llama_config_from(const ModelConfigSection& model) {
   LlamaConfig config;
   config.dim = static_cast<int>(model.dim);

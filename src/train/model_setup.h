@@ -18,9 +18,6 @@ namespace anvil {
 // LoRA and the frozen base's dtype. `anvil train` and `anvil plan` both use it.
 ModelOptions model_options_from(const TrainConfig& config);
 
-// Returns the [parallel] section as the mesh takes it.
-ParallelSettings parallel_settings_from(const ParallelConfigSection& parallel);
-
 // Returns the architecture the [model] section describes (not yet validated).
 LlamaConfig llama_config_from(const ModelConfigSection& model);
 

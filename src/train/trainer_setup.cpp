@@ -101,7 +101,7 @@ Trainer::Trainer(const TrainRunOptions& options)
                                   : std::make_unique<BlockingCommunicator>(world_);
   }
   mesh_ = std::make_unique<DeviceMesh>(device_world_ ? *device_world_ : world_,
-                                       parallel_settings_from(config_.parallel));
+                                       config_.parallel);
   model_ = std::make_unique<LlamaModel>(
       llama_, *backend_, DataParallelEngine::model_options(model_options, *mesh_));
   EngineOptions engine_options;

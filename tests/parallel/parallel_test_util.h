@@ -102,8 +102,8 @@ struct RunSpec {
     settings.reshard_after_forward = reshard_after_forward;
     settings.offload_params = offload_params;
     settings.offload = offload;
-    settings.reduce = reduce;
-    settings.reduce_dtype = reduce_dtype;
+    settings.reduce = reduce == ReduceMode::fast ? "fast" : "exact";
+    settings.reduce_dtype = dtype_name(reduce_dtype);
     return settings;
   }
 

@@ -218,14 +218,14 @@ TEST(ConfigTest, ValidationNamesTheKey) {
             "(only stage 3 gathers weights), got stage 0");
   apply_config_override(config, "parallel.zero_stage", "3");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
-  EXPECT_FALSE(parallel_settings_from(config.parallel).reshard_after_forward);
+  EXPECT_FALSE(config.parallel.reshard_after_forward);
   EXPECT_EQ(error_of([&] { validate_config(TrainConfig{}); }), "");
 }
 
 TEST(ConfigTest, ReduceModeAndDtypeAreCheckedAndReachTheParallelSettings) {
   TrainConfig config;
-  EXPECT_EQ(parallel_settings_from(config.parallel).reduce, ReduceMode::exact);
-  EXPECT_EQ(parallel_settings_from(config.parallel).reduce_dtype, DType::f32);
+  EXPECT_EQ(config.parallel.reduce_mode(), ReduceMode::exact);
+  EXPECT_EQ(config.parallel.reduce_type(), DType::f32);
   apply_config_override(config, "parallel.reduce", "quick");
   EXPECT_EQ(error_of([&] { validate_config(config); }),
             "[config] parallel.reduce must be exact or fast, got 'quick'");
@@ -239,9 +239,8 @@ TEST(ConfigTest, ReduceModeAndDtypeAreCheckedAndReachTheParallelSettings) {
             "reductions are f32 ordered sums)");
   apply_config_override(config, "parallel.reduce", "fast");
   EXPECT_EQ(error_of([&] { validate_config(config); }), "");
-  const ParallelSettings settings = parallel_settings_from(config.parallel);
-  EXPECT_EQ(settings.reduce, ReduceMode::fast);
-  EXPECT_EQ(settings.reduce_dtype, DType::bf16);
+  EXPECT_EQ(config.parallel.reduce_mode(), ReduceMode::fast);
+  EXPECT_EQ(config.parallel.reduce_type(), DType::bf16);
 }
 
 TEST(ConfigTest, DataSourcesParseFromTomlAndTheCommandLine) {

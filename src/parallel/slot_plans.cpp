@@ -1,12 +1,12 @@
-// DataParallelEngine's stage-3 weight slots: what a slot holds for each group, how big each
-// kind of slot is, and which gathers a pass runs through them. The engine allocates and fills
-// its slots from these functions and `anvil plan` counts them, so the two never disagree.
+// The engine's slot plans (see slot_plans.h): what a slot holds for each group, how big each
+// kind of slot is, and which gathers a pass runs through them.
+#include "parallel/slot_plans.h"
+
 #include <algorithm>
 #include <functional>
 
 #include "core/error.h"
 #include "model/llama_parameters.h"
-#include "parallel/engine.h"
 
 namespace anvil {
 namespace {
@@ -19,12 +19,11 @@ size_t aligned(size_t bytes) {
 
 }  // namespace
 
-int DataParallelEngine::slot_kind(const LlamaConfig& config, int group) {
+int slot_kind(const LlamaConfig& config, int group) {
   return group == kEmbeddingGroup || group == head_group(config) ? 1 : 0;
 }
 
-std::vector<DataParallelEngine::PackedPiece> DataParallelEngine::packed_pieces(
-    const ComputeParts& parts, int64_t shard, int f) {
+std::vector<PackedPiece> packed_pieces(const ComputeParts& parts, int64_t shard, int f) {
   std::vector<PackedPiece> pieces;
   const int64_t lo = shard * f, hi = shard * (f + 1);
   int64_t unpacked = 0;
@@ -37,10 +36,10 @@ std::vector<DataParallelEngine::PackedPiece> DataParallelEngine::packed_pieces(
   return pieces;
 }
 
-DataParallelEngine::WeightSlotPlan DataParallelEngine::plan_weight_slots(
-    const LlamaConfig& shard_config, const ParameterLayout& layout, const ShardPlan& plan,
-    const ShardPlan* frozen_plan, DType frozen_dtype, DType gather_dtype, int prefetch,
-    bool reshard_after_forward) {
+WeightSlotPlan plan_weight_slots(const LlamaConfig& shard_config, const ParameterLayout& layout,
+                                 const ShardPlan& plan, const ShardPlan* frozen_plan,
+                                 DType frozen_dtype, DType gather_dtype, int prefetch,
+                                 bool reshard_after_forward) {
   WeightSlotPlan out;
   const int64_t f32 = sizeof(float);
   const int64_t dsize = static_cast<int64_t>(dtype_size(gather_dtype));
@@ -77,8 +76,7 @@ DataParallelEngine::WeightSlotPlan DataParallelEngine::plan_weight_slots(
     if (frozen_plan != nullptr) {
       const GroupShard& fs = frozen_plan->group(g);
       slot.frozen_offset = aligned(slot.bytes);
-      slot.bytes = slot.frozen_offset +
-                   static_cast<size_t>(fs.padded) * dtype_size(frozen_dtype);
+      slot.bytes = slot.frozen_offset + static_cast<size_t>(fs.padded) * dtype_size(frozen_dtype);
       if (fs.numel > 0)
         slot.gather_bytes += fs.padded * static_cast<int64_t>(dtype_size(frozen_dtype));
     }
@@ -86,8 +84,7 @@ DataParallelEngine::WeightSlotPlan DataParallelEngine::plan_weight_slots(
   }
   std::vector<int64_t> sizes;
   for (const SlotLayout& slot : out.groups) sizes.push_back(static_cast<int64_t>(slot.bytes));
-  const std::array<int64_t, 2> largest =
-      assign_pools(shard_config, sizes, out.pool, out.count[1]);
+  const std::array<int64_t, 2> largest = assign_pools(shard_config, sizes, out.pool, out.count[1]);
   out.bytes = {static_cast<size_t>(largest[0]), static_cast<size_t>(largest[1])};
   // Pool 0: the group in use and `prefetch` ahead; kept gathered, one slot for each of its
   // groups, so that no slot is reused before the end of the step (least recently taken first
@@ -95,16 +92,14 @@ DataParallelEngine::WeightSlotPlan DataParallelEngine::plan_weight_slots(
   int kept = 0;
   for (int g = 0; g < plan.group_count(); ++g)
     kept += out.pool[static_cast<size_t>(g)] == 0 && sizes[static_cast<size_t>(g)] > 0 ? 1 : 0;
-  out.count[0] = out.bytes[0] == 0         ? 0
+  out.count[0] = out.bytes[0] == 0       ? 0
                  : reshard_after_forward ? 1 + prefetch
                                          : std::max(1 + prefetch, kept);
   return out;
 }
 
-std::array<int64_t, 2> DataParallelEngine::assign_pools(const LlamaConfig& config,
-                                                        const std::vector<int64_t>& sizes,
-                                                        std::vector<int>& pool,
-                                                        int& outer_slots) {
+std::array<int64_t, 2> assign_pools(const LlamaConfig& config, const std::vector<int64_t>& sizes,
+                                    std::vector<int>& pool, int& outer_slots) {
   const int groups = static_cast<int>(sizes.size());
   std::array<int64_t, 2> largest{};
   for (int g = 0; g < groups; ++g)
@@ -125,8 +120,7 @@ std::array<int64_t, 2> DataParallelEngine::assign_pools(const LlamaConfig& confi
   return largest;
 }
 
-DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_gradient_slots(
-    const LlamaConfig& config, const ShardPlan& plan) {
+GradientSlotPlan plan_gradient_slots(const LlamaConfig& config, const ShardPlan& plan) {
   GradientSlotPlan out;
   std::vector<int64_t> sizes;
   for (int g = 0; g < plan.group_count(); ++g)
@@ -137,8 +131,7 @@ DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_gradient_slots(
   return out;
 }
 
-DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_shard_staging(
-    const LlamaConfig& config, const ShardPlan& plan) {
+GradientSlotPlan plan_shard_staging(const LlamaConfig& config, const ShardPlan& plan) {
   GradientSlotPlan out = plan_gradient_slots(config, plan);
   out.elements = {};
   for (int g = 0; g < plan.group_count(); ++g) {
@@ -149,14 +142,24 @@ DataParallelEngine::GradientSlotPlan DataParallelEngine::plan_shard_staging(
   return out;
 }
 
-DType DataParallelEngine::reduction_dtype(ReduceMode mode, DType dtype, int data_world) {
-  return mode == ReduceMode::fast && data_world > 1 ? dtype : DType::f32;
+size_t offloaded_packed_offset(const GroupShard& shard, DType gather_dtype) {
+  return static_cast<size_t>(shard.shard) * dtype_size(gather_dtype);  // 64-byte multiple
 }
 
-DataParallelEngine::ScatterScratch DataParallelEngine::plan_scatter_scratch(int64_t elements,
-                                                                          int data_world,
-                                                                          DType dtype,
-                                                                          int micro_batches) {
+size_t offloaded_shard_bytes(const SlotLayout& layout, const GroupShard& shard,
+                             DType gather_dtype) {
+  if (!layout.compute) return static_cast<size_t>(shard.shard) * sizeof(float);
+  return offloaded_packed_offset(shard, gather_dtype) +
+         static_cast<size_t>(layout.packed) * sizeof(float);
+}
+
+DType reduction_dtype(const ParallelSettings& settings, int data_world) {
+  return settings.reduce_mode() == ReduceMode::fast && data_world > 1 ? settings.reduce_type()
+                                                                      : DType::f32;
+}
+
+ScatterScratch plan_scatter_scratch(int64_t elements, int data_world, DType dtype,
+                                    int micro_batches) {
   ScatterScratch out;
   const int64_t slice = elements / data_world;
   const size_t reduced = dtype_size(dtype);
@@ -169,8 +172,8 @@ DataParallelEngine::ScatterScratch DataParallelEngine::plan_scatter_scratch(int6
   return out;
 }
 
-int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
-                                                const WeightSlotPlan& slots, int prefetch) {
+int64_t stage3_gather_bytes(const LlamaConfig& config, int micro_batches,
+                            const WeightSlotPlan& slots, int prefetch) {
   // The engine's pools as SlotPool::take_unclaimed keeps them: a slot not in use and not
   // holding a group of the prefetch window is reused least recently taken first.
   struct Slot {
@@ -235,7 +238,7 @@ int64_t DataParallelEngine::stage3_gather_bytes(const LlamaConfig& config, int m
   return total;
 }
 
-std::vector<int> DataParallelEngine::stage3_weight_uses(const LlamaConfig& config, bool train) {
+std::vector<int> stage3_weight_uses(const LlamaConfig& config, bool train) {
   const int layers = config.n_layers;
   std::vector<int> uses = {kEmbeddingGroup};
   for (int l = 0; l < layers; ++l) uses.push_back(layer_group(l));
