@@ -107,7 +107,8 @@ int run_task_eval(const EvalOptions& o, const ModelSource& source) {
   ANVIL_CHECK(tokenizer->vocab_size() <= source.config.llama.vocab_size,
               "[eval] the tokenizer {} has {} ids but the model only {}", tokenizer_path,
               tokenizer->vocab_size(), source.config.llama.vocab_size);
-  const std::vector<TaskDoc> docs = load_task(TaskLoadOptions{o.task, o.data, o.shots, o.limit});
+  const std::vector<TaskDoc> docs = load_task(
+      TaskLoadOptions{.task = o.task, .data = o.data, .shots = o.shots, .limit = o.limit});
 
   const int window = o.seq_len > 0 ? o.seq_len : source.config.llama.max_seq_len;
   ANVIL_CHECK(window <= source.config.llama.max_seq_len,

@@ -16,9 +16,11 @@ TrainingBenchmarks::TrainingBenchmarks(const TrainConfig& config, bool warn) {
     Task task;
     task.info = &find_task(eval.tasks[i]);
     task.shots = eval.task_shots >= 0 ? static_cast<int>(eval.task_shots) : task.info->default_shots;
-    task.docs = load_task(TaskLoadOptions{eval.tasks[i], eval.task_data[i],
-                                          static_cast<int>(eval.task_shots), eval.task_limit,
-                                          warn});
+    task.docs = load_task(TaskLoadOptions{.task = eval.tasks[i],
+                                          .data = eval.task_data[i],
+                                          .shots = static_cast<int>(eval.task_shots),
+                                          .limit = eval.task_limit,
+                                          .warn = warn});
     tasks_.push_back(std::move(task));
   }
 }
