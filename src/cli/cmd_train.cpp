@@ -15,9 +15,12 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/tensor_parallel.h"
 #include "parallel/collectives.h"
+#include "parallel/mesh.h"
 #include "plan/preflight.h"
 #include "train/config.h"
+#include "train/model_setup.h"
 #include "train/run_dir.h"
 #include "train/sample_corpus.h"
 #include "train/trainer.h"
@@ -54,6 +57,12 @@ TrainConfig resolve_config(const std::string& config_path, const std::filesystem
   for (const ConfigOverride& o : overrides) apply_config_override(config, o.name, o.value);
   validate_config(config);
   return config;
+}
+
+// The mesh the world size gives, and tensor parallelism's split of the model's widths.
+void check_config_fits_world(const TrainConfig& config, int world_size) {
+  const MeshShape shape = resolve_mesh_shape(config.parallel, world_size);
+  tp_shard_config(llama_config_from(config.model), shape.tp);
 }
 
 std::string resume_command(const std::filesystem::path& run_dir, const std::string& backend,
@@ -117,11 +126,15 @@ int run_train(const std::vector<std::string>& raw_args) {
     broadcast_string(world, run_dir_arg, 0);
   }
   const std::filesystem::path run_dir(run_dir_arg);
+  TrainRunOptions options;
+  // Every check the configuration and the world size decide runs before rank 0 creates the
+  // run directory: a rank that fails aborts the world, and the abort can kill rank 0 before
+  // it removes a folder it created (reading a saved config.toml needs no lock).
+  options.config = resolve_config(config_path, run_dir, resume, all_overrides);
+  check_config_fits_world(options.config, world.size());
   // Held until the command returns; a second run on the same directory stops here.
   std::optional<RunDirLock> lock;
   if (root) lock.emplace(run_dir);
-  TrainRunOptions options;
-  options.config = resolve_config(config_path, run_dir, resume, all_overrides);
   options.run_dir = run_dir;
   options.resume = resume;
   options.backend = backend;
