@@ -159,14 +159,17 @@ def cpu_model():
     return platform.processor() or "?"
 
 
-def anvil_commit_state():
+def anvil_commit_state(anvil):
+    # The checkout the binary was built in (a before/after comparison runs two of them).
+    checkout = os.path.dirname(os.path.realpath(anvil))
+
     def git(*args):
-        proc = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True)
+        proc = subprocess.run(["git", "-C", checkout, *args], capture_output=True, text=True)
         return proc.stdout.strip() if proc.returncode == 0 else ""
 
     head = git("rev-parse", "--short", "HEAD") or "?"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "src")
-    untracked = git("status", "--porcelain", "--", "src")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ":/src")
+    untracked = git("status", "--porcelain", "--", ":/src")
     state = head
     if dirty or untracked:
         state += " + uncommitted changes in src/"
@@ -456,7 +459,7 @@ def main():
         "quick": args.quick, "reps": args.reps, "steps": args.steps, "threads": args.threads,
         "cpu": cpu_model(), "cpus": os.cpu_count(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "not set"),
-        "anvil": args.anvil, "anvil_commit": anvil_commit_state(),
+        "anvil": args.anvil, "anvil_commit": anvil_commit_state(args.anvil),
         "anvil_built": datetime.datetime.fromtimestamp(os.path.getmtime(args.anvil))
         .astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "python": args.python, "kernel_bench": args.kernel_bench,
