@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "model/llama_parameters.h"
+#include "model/lora.h"
 #include "parallel/collectives.h"
 #include "parallel/rank_buffers.h"
 
@@ -87,6 +88,7 @@ DataParallelEngine::DataParallelEngine(LlamaModel& model, DeviceMesh& mesh,
     groups.shards_offloaded = stage_ == 3;
     groups.params_offloaded = stage_ == 3 && mesh.offload_params();
     offload_ = std::make_unique<OffloadedOptimizer>(groups, options.hyper);
+    io_.set_offload(offload_.get());
   } else {
     build_optimizer();
   }
@@ -120,6 +122,7 @@ void DataParallelEngine::allocate_state(int micro_batches) {
                                  model_->binds_compute_weights(),
               "[parallel] the model's compute weights do not follow its options");
   gatherer_ = WeightGatherer(*model_, *mesh_, plan_, lora_ ? &frozen_plan_ : nullptr, state_);
+  io_ = WeightIO(*model_, *mesh_, plan_, lora_ ? &frozen_plan_ : nullptr, state_, gatherer_);
   reducer_ = GradientReducer(*model_, *mesh_, plan_, state_, micro_batches);
   reducer_.set_progress([this] { gatherer_.poll(); });
   reducer_.set_host_gradient([this](int group) { return offload_->gradient(group); });
@@ -139,21 +142,17 @@ void DataParallelEngine::allocate_state(int micro_batches) {
   }
 }
 
-Tensor DataParallelEngine::model_weights(int group) const {
-  return model_->trainable().group(group);
-}
-
-Tensor DataParallelEngine::frozen_shard(int group) const {
-  const DType dtype = model_->parameters().dtype();
-  return state_.frozen_shard(group).as(dtype,
-                                                       Shape{frozen_plan_.group(group).shard});
-}
-
 Tensor DataParallelEngine::optimizer_weights(int group) const {
   const GroupShard& s = plan_.group(group);
   const GroupStorage& st = state_.group(group);
   if (sharded_masters()) return whole(st.weight_shard).flat(0, s.shard_length);
-  return model_weights(group).flat(s.shard_begin, s.shard_length);
+  return model_->trainable().group(group).flat(s.shard_begin, s.shard_length);
+}
+
+std::shared_ptr<const ParameterLayout> DataParallelEngine::trainable_layout_at_tp(int tp) const {
+  const LlamaConfig shard = tp_shard_config(model_->config(), tp);
+  if (lora_) return make_lora_layout(shard, model_->options().lora);
+  return make_llama_layout(shard, model_->options().decay_embeddings);
 }
 
 Tensor DataParallelEngine::optimizer_gradients(int group) const {

@@ -59,8 +59,10 @@
 //   GradientReducer (gradient_reducer.h) exact and fast reductions of every stage
 //   GradientNorm (gradient_norm.h)     loss sums, the exact gradient norm, one readback
 //   AdamW / OffloadedOptimizer          the update, on the device or (offload) on the host
-//   engine_weights.cpp                 weight and gradient I/O for init and checkpoints
-// The engine itself receives the model's hooks and runs the step and evaluation.
+//   WeightIO (weight_io.h)             weight and gradient I/O for init and checkpoints, in
+//                                      the whole model's coordinates
+// The engine itself receives the model's hooks and runs the step and evaluation. Planning
+// (what a rank would hold, the collectives of a step) is engine_plan.h, from the same list.
 #pragma once
 
 #include <array>
@@ -88,6 +90,7 @@
 #include "parallel/slot_plans.h"
 #include "parallel/slot_pool.h"
 #include "parallel/weight_gatherer.h"
+#include "parallel/weight_io.h"
 
 namespace anvil {
 
@@ -97,18 +100,6 @@ struct EngineOptions {
   int micro_batches = 1;   // micro-batches per step on each rank (buffers are sized for it)
 };
 
-// One kind of collective a training step runs (DataParallelEngine::planned_collectives).
-struct PlannedCollective {
-  enum class Kind { all_reduce, all_gather, reduce_scatter, exchange };  // exchange: send+recv
-  const char* axis = "";  // the mesh axis, as MeshTraffic and the traces name it
-  const char* what = "";  // "gradient reduce-scatter", ...
-  Kind kind = Kind::all_reduce;
-  int ranks = 1;          // the axis's group size
-  int64_t payload_bytes = 0;  // per step, counted as CountingCommunicator counts them
-  bool overlapped = true;     // issued asynchronously while compute goes on
-  bool estimate = false;      // the model's tp/cp collectives: estimated, not exact
-};
-
 struct StepReport {
   LossSum loss;          // over the whole global batch
   double grad_norm = 0;  // before clipping (of the unscaled gradients)
@@ -116,39 +107,6 @@ struct StepReport {
   // False when the loss or the gradient norm was not finite: the step then changed no weight
   // and no optimizer state (its step count included). Every rank sees the same value.
   bool applied = true;
-};
-
-// The bytes a rank's buffers would hold, by kind, as `anvil plan` predicts them from the
-// engine's own sizing functions (DataParallelEngine::planned_memory). What a run holds is
-// measured by the backend's counters (memory()).
-struct PlannedMemory {
-  int64_t frozen = 0;        // the frozen LoRA base (its shards under stage 3)
-  int64_t weights = 0;       // f32 trainable weights (their shards under stage 3)
-  int64_t gradients = 0;
-  int64_t optimizer = 0;     // AdamW m and v
-  int64_t comm_buffers = 0;  // gather / reduce slots (stages 2-3), fast reduction scratch
-  int64_t activations = 0;   // the model's activation arena
-  int64_t workspace = 0;     // compute-dtype weight copies (mixed precision)
-  // Not held at setup: the receive buffers of the ordered sums while they run (communication),
-  // two of this rank's slice per sum (and a copy of its own chunk in an all-reduce). Stages
-  // 0-1 all-reduce every group's gradient and hold them until the micro-step ends; stages 2-3
-  // have as many reduce-scatters in flight as the gradient slots allow: one per layer slot,
-  // plus the head's (and with tied embeddings the table's) at their own sizes (measured on the
-  // tiny preset: up to exactly that, depending on timing). None with one data rank, nor for
-  // fast f32 reductions (the library's sums); fast bf16 ones stage bf16 copies and f32 totals.
-  int64_t collective_staging = 0;
-  // Offload (parallel.offload): what the host optimizer holds in host memory, by category:
-  // AdamW moments, f32 masters and gradient copies of the shard (and, stage 3 with a bf16
-  // model, the buffer a master shard is cast in before it goes up). The categories above are
-  // the device's alone.
-  MemoryByCategory host{};
-  int64_t total() const {
-    return frozen + weights + gradients + optimizer + comm_buffers + activations + workspace;
-  }
-  // Returns the same bytes under the categories the backends measure.
-  MemoryByCategory by_category() const {
-    return {frozen, weights, gradients, optimizer, activations, comm_buffers, workspace};
-  }
 };
 
 class DataParallelEngine final : private GroupHooks {
@@ -166,7 +124,7 @@ class DataParallelEngine final : private GroupHooks {
   DataParallelEngine& operator=(const DataParallelEngine&) = delete;
 
   // Initialises the weights as LlamaModel::init_weights(seed) would (each rank its part).
-  void init_weights(uint64_t seed);
+  void init_weights(uint64_t seed) { io_.init_weights(seed); }
 
   // Runs one optimizer step on this rank's micro-batches (micro-step order) at learning rate
   // `lr`; every rank passes the same number. Collective. The global loss and gradient norm are
@@ -208,19 +166,23 @@ class DataParallelEngine final : private GroupHooks {
   // Returns the element range [begin, end) of group g's weights this rank holds: its fsdp
   // shard under stage 3, the whole group otherwise (and always under tensor parallelism,
   // where a rank holds scattered parts of each tensor).
-  std::pair<int64_t, int64_t> weight_range(int group) const;
+  std::pair<int64_t, int64_t> weight_range(int group) const { return io_.weight_range(group); }
   // Copies values for elements [begin, begin + count) of group g into the part of them this
   // rank holds (elements this rank does not hold are skipped).
-  void set_weights(int group, int64_t begin, int64_t count, const float* values);
+  void set_weights(int group, int64_t begin, int64_t count, const float* values) {
+    io_.set_weights(group, begin, count, values);
+  }
   // Copies group g's whole weights (full layout group size) to host memory; collective over
   // the fsdp axis under stage 3 and over the tp axis under tensor parallelism.
-  void gather_weights(int group, float* host);
+  void gather_weights(int group, float* host) { io_.gather_weights(group, host); }
   // Copies group g's reduced gradient of the last step (whole group, full layout) to host
   // memory, as the optimizer stepped it (before clipping); collective like gather_weights.
-  void gather_gradients(int group, float* host);
+  void gather_gradients(int group, float* host) { io_.gather_gradients(group, host); }
   // Writes the whole tensor of frozen base parameter `index` (layout order of
   // model.full_layout()) into the part of it this rank holds, in the base's dtype (LoRA only).
-  void set_frozen_weights(int index, const float* values);
+  void set_frozen_weights(int index, const float* values) {
+    io_.set_frozen_weights(index, values);
+  }
   // Returns how the frozen base is cut (LoRA; an empty plan otherwise).
   const ShardPlan& frozen_plan() const { return frozen_plan_; }
   // Returns the tp group's size (1 without tensor parallelism).
@@ -244,29 +206,6 @@ class DataParallelEngine final : private GroupHooks {
   MemorySnapshot host_memory() const {
     return offloaded() ? offload_->host().backend().memory_snapshot() : MemorySnapshot{};
   }
-
-  // The gradient norm's digit counters and the step's results (rank_buffers.h).
-  static constexpr int64_t kNormCounterBytes = anvil::kNormCounterBytes;
-  static int64_t step_result_bytes(int micro_batches, bool offload) {
-    return anvil::step_result_bytes(micro_batches, offload);
-  }
-
-  // Planning (engine_plan.cpp): what a run would hold and send, from the shard plans and the
-  // model's planned_memory alone, allocating nothing. `options` are the run's model options
-  // before model_options(); `parallel` and `world` what the DeviceMesh is built from;
-  // `micro_batches` per step. Returns the memory() data rank `data_rank` would report (rank
-  // 0 holds the most).
-  static PlannedMemory planned_memory(const LlamaConfig& config, const ModelOptions& options,
-                                     const ParallelSettings& parallel, int world,
-                                     int micro_batches, int data_rank = 0);
-  // Returns the collectives one optimizer step runs on data rank 0, by axis and kind, with
-  // the payload bytes the mesh's counting communicators would count (MeshTraffic);
-  // `micro_batch_rows` is one micro-batch's rows on a rank (batch x seq_len / cp).
-  static std::vector<PlannedCollective> planned_collectives(const LlamaConfig& config,
-                                                            const ModelOptions& options,
-                                                            const ParallelSettings& parallel,
-                                                            int world, int micro_batches,
-                                                            int64_t micro_batch_rows);
 
  private:
 
@@ -295,32 +234,14 @@ class DataParallelEngine final : private GroupHooks {
   // (views into local_rows_, valid until the next call), else `batches` itself.
   std::span<const Batch> rows_of_this_rank(std::span<const Batch> batches);
   void allocate_state(int micro_batches);
-  // set_weights / gather_weights in this rank's own layout (trainable().layout()).
-  void set_local_weights(int group, int64_t begin, int64_t count, const float* values);
-  void gather_local_weights(int group, float* host);
-  void gather_local_gradients(int group, float* host);
-  // shards_offloaded(): gathers group g's whole f32 group from every fsdp rank's host `shard`
-  // (its master or gradient, elements [0, shard_length)) into `host`.
-  void gather_host_shards(int group, const Tensor& shard, float* host);
-  // Fills host with whole group g (full layout) from every tp rank's `gather_local` result
-  // (its own layout's group); collective over tp, plain gather_local without tp.
-  void gather_whole_group(int group, float* host, const std::function<void(float*)>& gather_local);
   void build_optimizer();
-  Tensor model_weights(int group) const;
-  Tensor frozen_shard(int group) const;
   Tensor optimizer_weights(int group) const;
   Tensor optimizer_gradients(int group) const;
   Tensor reduced_gradient_slice(int group) const;
   void begin_pass(Pass pass);
   void end_pass();
-  // Stages 1-2 in mixed precision: writes elements [first, first + count) of group g (host
-  // f32) into its compute-dtype replica.
-  void write_replica(int group, int64_t first, int64_t count, const float* values);
   // Whether the f32 master is a shard (stage 3, and stages 1-2 in mixed precision).
   bool sharded_masters() const { return stage_ == 3 || compute_replica(); }
-  // The plans this rank's buffers are laid out by (rank_buffers.h).
-  const WeightSlotPlan& slot_plan() const { return state_.sizing().weight_slots; }
-  DType gather_dtype() const { return state_.sizing().gather_dtype; }
   void publish_weights();
   // Starts the fsdp all-gather that spreads group g's updated shard over its replica
   // (stages 1-2: with fsdp > 1, or in mixed precision); none otherwise. finish_publish waits
@@ -341,6 +262,7 @@ class DataParallelEngine final : private GroupHooks {
   std::vector<std::vector<ParamSpan>> spans_;
   RankState state_;  // every buffer this rank holds beside the model (rank_state.h)
   WeightGatherer gatherer_;  // stage-3 gathers, prefetch and reshard (weight_gatherer.h)
+  WeightIO io_;              // weights in the whole model's coordinates (weight_io.h)
   std::unique_ptr<AdamW> optimizer_;          // without offload
   std::unique_ptr<OffloadedOptimizer> offload_;  // with offload (offloaded_optimizer.h)
   GradientNorm norm_;  // the loss sums and the gradient norm (gradient_norm.h)

@@ -1,9 +1,11 @@
-// DataParallelEngine's planning side: the memory a run would hold and the collectives a step
-// would run, computed from the same shard plans, slot sizes and model planned_memory that the
+// DataParallelEngine's planning side (engine_plan.h): the memory a run would hold and the
+// collectives a step would run, computed from the same shard plans, slot sizes and model planned_memory that the
 // engine allocates from, so `anvil plan` and a run's memory report and traffic counters speak
 // one vocabulary. Nothing here allocates. The gradient and weight collectives are exact (a
 // test compares them with the counting communicators); the model's own tensor- and
 // context-parallel exchanges are estimates from the block structure.
+#include "parallel/engine_plan.h"
+
 #include <algorithm>
 #include <functional>
 
@@ -83,10 +85,9 @@ RankBuffers planned_buffers(const PlannedLayouts& layouts, const ModelOptions& m
 
 }  // namespace
 
-PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
-                                                const ModelOptions& options,
-                                                const ParallelSettings& parallel, int world,
-                                                int micro_batches, int data_rank) {
+PlannedMemory planned_rank_memory(const LlamaConfig& config, const ModelOptions& options,
+                                  const ParallelSettings& parallel, int world, int micro_batches,
+                                  int data_rank) {
   const MeshShape shape = resolve_mesh_shape(parallel, world);
   const int zero_stage = static_cast<int>(parallel.zero_stage);
   const ModelOptions rank_options = mesh_model_options(options, shape, parallel);
@@ -153,7 +154,7 @@ PlannedMemory DataParallelEngine::planned_memory(const LlamaConfig& config,
   return report;
 }
 
-std::vector<PlannedCollective> DataParallelEngine::planned_collectives(
+std::vector<PlannedCollective> planned_step_collectives(
     const LlamaConfig& config, const ModelOptions& options, const ParallelSettings& parallel,
     int world, int micro_batches, int64_t micro_batch_rows) {
   using Kind = PlannedCollective::Kind;

@@ -2,7 +2,7 @@
 // (its model options and shard plans) and how (the [parallel] settings, micro-batches, its data
 // rank) into every buffer the engine holds beside the model, each with its kind, category,
 // place and size. The engine allocates exactly this list (DataParallelEngine's constructor)
-// and `anvil plan` sums it (DataParallelEngine::planned_memory), so the stage x offload x
+// and `anvil plan` sums it (planned_rank_memory), so the stage x offload x
 // precision x reduce-mode x LoRA branching is written here alone. The model's own buffers
 // (LlamaModel::planned_memory) and the collectives' transient staging are not in the list.
 #pragma once

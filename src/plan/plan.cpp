@@ -12,6 +12,8 @@
 #include "model/llama.h"
 #include "model/lora.h"
 #include "model/tensor_parallel.h"
+#include "parallel/engine.h"
+#include "parallel/engine_plan.h"
 #include "train/model_setup.h"
 
 namespace anvil {
@@ -158,7 +160,7 @@ StepTimePlan plan_step_time(const TrainConfig& config, const LlamaConfig& llama,
   t.ceilings.memory_bytes = hw.memory_gbps * 1e9;
   t.ceilings.launch_s = hw.launch_us * 1e-6;
 
-  const std::vector<PlannedCollective> collectives = DataParallelEngine::planned_collectives(
+  const std::vector<PlannedCollective> collectives = planned_step_collectives(
       llama, options, config.parallel, world, micro_batches,
       micro_batch * seq / shape.cp);
   const HeadChunking head = planned_head(config, llama, options, shape);
@@ -338,7 +340,7 @@ Plan make_plan(const TrainConfig& input, const PlanSettings& settings) {
 
   const ParallelSettings parallel = config.parallel;
   const PlannedMemory planned =
-      DataParallelEngine::planned_memory(llama, options, parallel, plan.world, micro_batches);
+      planned_rank_memory(llama, options, parallel, plan.world, micro_batches);
   plan.buffers = planned.by_category();
   plan.device = plan.buffers;
   plan.device[static_cast<size_t>(MemoryCategory::communication)] += planned.collective_staging;

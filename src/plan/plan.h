@@ -1,16 +1,16 @@
 // `anvil plan`: what a training configuration needs per device and how long its step takes,
 // predicted without building the model. Memory comes from the engine's own planning functions
-// (DataParallelEngine::planned_memory: the shard plans, slot sizes and the model's arena carve
+// (planned_rank_memory: the shard plans, slot sizes and the model's arena carve
 // that a run allocates from), by the categories of core/memory_category.h, on data rank 0
 // (which holds the most). Time is compute, the sum over every op the step runs of its roofline
 // time against the hardware's achievable ceilings (plan/step_ops.h: FLOPs over the GEMM or
 // attention rate, or bytes over the memory bandwidth, plus a launch cost), plus the exposed
-// part of the step's collectives (planned_collectives) over the hardware's links:
+// part of the step's collectives (planned_step_collectives) over the hardware's links:
 //   step = max(compute, overlapped communication) + serial communication
 // where asynchronous collectives (gradient reductions, ZeRO-3 gathers, ring attention,
 // offload transfers) overlap compute and blocking ones (tensor-parallel sums, stage 1's weight
 // gather, offload's host AdamW step) do not. Offload (parallel.offload) is predicted as the
-// engine holds it (DataParallelEngine::planned_memory's host figures): AdamW moments, f32
+// engine holds it (planned_rank_memory's host figures): AdamW moments, f32
 // master shards and reduced gradient shards in host memory; under stage 3 the device keeps
 // only its shard in the gather dtype.
 #pragma once
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/memory_category.h"
-#include "parallel/engine.h"
+#include "parallel/engine_plan.h"
 #include "parallel/mesh.h"
 #include "train/config.h"
 #include "plan/hardware_profile.h"

@@ -1,4 +1,4 @@
-// Planning without allocating: DataParallelEngine::planned_memory equals the memory report of
+// Planning without allocating: planned_rank_memory equals the memory report of
 // an engine actually built for the same settings, for every ZeRO stage, with and without
 // LoRA, mixed precision, activation checkpointing, several micro-batches, attention bias and
 // untied embeddings (one process; the mpirun tier checks sharded ranks and the traffic).
@@ -6,6 +6,7 @@
 
 #include "model/llama.h"
 #include "parallel/engine.h"
+#include "parallel/engine_plan.h"
 #include "parallel_test_util.h"
 
 namespace anvil {

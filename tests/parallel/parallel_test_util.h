@@ -22,6 +22,7 @@
 #include "model/llama.h"
 #include "model/llama_parameters.h"
 #include "parallel/engine.h"
+#include "parallel/engine_plan.h"
 #include "parallel/mesh.h"
 
 namespace anvil::ptest {
@@ -439,10 +440,10 @@ inline OneProcessComparison compare_with_one_process(Harness& distributed, Harne
 }
 
 // Expects the bytes the backend measured after setup to equal, category by category, what
-// DataParallelEngine::planned_memory predicts for this rank without allocating.
+// planned_rank_memory predicts for this rank without allocating.
 inline void expect_planned_memory(Harness& harness, const RunSpec& spec) {
   const MemorySnapshot measured = harness.engine().memory();
-  const PlannedMemory planned = DataParallelEngine::planned_memory(
+  const PlannedMemory planned = planned_rank_memory(
       spec.config(), harness.options(), spec.parallel_settings(), harness.mesh().world().size(),
       spec.grad_accum, harness.mesh().data_rank());
   const MemoryByCategory predicted = planned.by_category();
@@ -457,12 +458,12 @@ inline void expect_planned_memory(Harness& harness, const RunSpec& spec) {
   }
 }
 
-// Returns the payload bytes planned_collectives predicts for one step, by axis.
+// Returns the payload bytes planned_step_collectives predicts for one step, by axis.
 inline MeshTraffic planned_traffic(const Harness& harness, const RunSpec& spec,
                                    bool* estimates = nullptr) {
   MeshTraffic t;
   const int64_t rows = int64_t{spec.micro_batch} * spec.seq / spec.cp;
-  for (const PlannedCollective& c : DataParallelEngine::planned_collectives(
+  for (const PlannedCollective& c : planned_step_collectives(
            spec.config(), harness.options(), spec.parallel_settings(),
            harness.mesh().world().size(), spec.grad_accum, rows)) {
     const std::string axis = c.axis;

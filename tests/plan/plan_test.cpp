@@ -15,16 +15,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/rank_buffers.h"
 #include "train/config.h"
 
 namespace anvil {
 namespace {
 
 // Returns the step's results a rank holds in workspace: a loss sum per micro-batch and,
-// without offload, the gradient norm's counters (DataParallelEngine::step_result_bytes).
+// without offload, the gradient norm's counters (step_result_bytes, rank_buffers.h).
 int64_t step_results(const TrainConfig& config) {
-  return DataParallelEngine::step_result_bytes(config.training.grad_accum,
-                                               config.parallel.offload);
+  return step_result_bytes(config.training.grad_accum, config.parallel.offload);
 }
 
 constexpr int64_t kGiB = int64_t{1} << 30;

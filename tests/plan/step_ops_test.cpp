@@ -253,7 +253,9 @@ TEST(PlanStepTime, TheBreakdownAddsUpToTheComputeTimeAndTheStep) {
     EXPECT_NEAR(kinds / t.compute_s, 1.0, 1e-12);
     EXPECT_NEAR((t.compute_s + t.exposed_comm_s) / t.step_s, 1.0, 1e-12);
     EXPECT_GE(t.exposed_comm_s, 0);
-    if (nproc > 1) EXPECT_GT(t.overlapped_s, 0);
+    if (nproc > 1) {
+      EXPECT_GT(t.overlapped_s, 0);
+    }
   }
 }
 

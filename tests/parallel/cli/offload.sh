@@ -15,7 +15,7 @@
 # usage: offload.sh <anvil> <mpirun> <scratch folder>
 . "$(dirname "$0")/common.sh"
 STEPS="--training.steps=4 --training.eval_steps=0"
-NORM_COUNTERS=168  # DataParallelEngine::kNormCounterBytes: workspace only without offload
+NORM_COUNTERS=168  # kNormCounterBytes (parallel/rank_buffers.h): workspace only without offload
 
 # last_field <run> <field>: the number after "field": on the last train line of metrics.jsonl.
 last_field() {

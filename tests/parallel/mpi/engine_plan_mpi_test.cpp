@@ -1,4 +1,4 @@
-// Planning against a sharded run under mpirun: on every rank, DataParallelEngine::planned_memory
+// Planning against a sharded run under mpirun: on every rank, planned_rank_memory
 // equals the engine's memory report, and planned_collectives' payload bytes per axis equal
 // what the mesh's counting communicators count in a step: exactly for the gradient and weight
 // collectives (data, dp, fsdp), within 2% for the model's tensor- and context-parallel
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "parallel/engine_plan.h"
 #include "parallel_test_util.h"
 
 namespace anvil {

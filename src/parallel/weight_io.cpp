@@ -1,16 +1,14 @@
-// DataParallelEngine's weight access in the whole model's coordinates: initialisation,
-// checkpoint load and save, and the frozen LoRA base. Callers address groups and elements of
-// model.full_trainable_layout() / model.full_layout(); under tensor parallelism each rank maps
-// them onto the shard it holds (tp_runs), and gathers assemble whole groups from every tp
-// rank's shard, so checkpoints and exports never depend on the mesh.
+// WeightIO: initialisation, checkpoint load and save and the frozen LoRA base in the whole
+// model's coordinates (weight_io.h).
+#include "parallel/weight_io.h"
+
 #include <algorithm>
 #include <functional>
 #include <vector>
 
 #include "core/error.h"
 #include "model/llama_parameters.h"
-#include "model/lora.h"
-#include "parallel/engine.h"
+#include "model/tensor_parallel.h"
 
 namespace anvil {
 namespace {
@@ -25,7 +23,22 @@ Buffer zeroed_f32(Backend& backend, int64_t elements) {
 
 }  // namespace
 
-void DataParallelEngine::init_weights(uint64_t seed) {
+WeightIO::WeightIO(LlamaModel& model, DeviceMesh& mesh, const ShardPlan& plan,
+                   const ShardPlan* frozen_plan, RankState& state, WeightGatherer& gatherer)
+    : model_(&model),
+      mesh_(&mesh),
+      plan_(&plan),
+      frozen_plan_(frozen_plan),
+      state_(&state),
+      gatherer_(&gatherer) {}
+
+Tensor WeightIO::master_shard(int group) const {
+  const Buffer& shard = state_->group(group).weight_shard;
+  return shard.as(DType::f32, Shape{static_cast<int64_t>(shard.bytes() / sizeof(float))})
+      .flat(0, plan_->group(group).shard_length);
+}
+
+void WeightIO::init_weights(uint64_t seed) {
   const ParameterLayout& layout = model_->full_trainable_layout();
   std::vector<float> host;
   for (int g = 0; g < layout.group_count(); ++g) {
@@ -36,14 +49,14 @@ void DataParallelEngine::init_weights(uint64_t seed) {
   }
 }
 
-std::pair<int64_t, int64_t> DataParallelEngine::weight_range(int group) const {
+std::pair<int64_t, int64_t> WeightIO::weight_range(int group) const {
   if (tp_size() > 1) return {0, model_->full_trainable_layout().group_numel(group)};
-  const GroupShard& s = plan_.group(group);
-  if (stage_ == 3) return {s.shard_begin, s.shard_begin + s.shard_length};
+  const GroupShard& s = plan_->group(group);
+  if (stage() == 3) return {s.shard_begin, s.shard_begin + s.shard_length};
   return {0, s.numel};
 }
 
-void DataParallelEngine::set_weights(int group, int64_t begin, int64_t count,
+void WeightIO::set_weights(int group, int64_t begin, int64_t count,
                                      const float* values) {
   if (tp_size() == 1) {
     set_local_weights(group, begin, count, values);
@@ -66,19 +79,19 @@ void DataParallelEngine::set_weights(int group, int64_t begin, int64_t count,
   }
 }
 
-void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t count,
+void WeightIO::set_local_weights(int group, int64_t begin, int64_t count,
                                            const float* values) {
-  const GroupShard& s = plan_.group(group);
-  const int64_t lo = stage_ == 3 ? s.shard_begin : 0;
-  const int64_t hi = stage_ == 3 ? s.shard_begin + s.shard_length : s.numel;
+  const GroupShard& s = plan_->group(group);
+  const int64_t lo = stage() == 3 ? s.shard_begin : 0;
+  const int64_t hi = stage() == 3 ? s.shard_begin + s.shard_length : s.numel;
   const int64_t first = std::max(begin, lo);
   const int64_t last = std::min(begin + count, hi);
   if (first >= last) return;
-  gatherer_.wait_all();
+  gatherer_->wait_all();
   if (shards_offloaded()) {
     // The host master is the weights; the device shard follows before its next gather.
     offload_->write_master(group, first - lo, last - first, values + (first - begin));
-    gatherer_.forget_cached();
+    gatherer_->forget_cached();
     return;
   }
   if (compute_replica()) {
@@ -89,23 +102,24 @@ void DataParallelEngine::set_local_weights(int group, int64_t begin, int64_t cou
     const int64_t shard_last = std::min(last, s.shard_begin + s.shard_length);
     if (shard_first < shard_last) {
       model_->backend().copy_from_host(
-          optimizer_weights(group).flat(shard_first - s.shard_begin, shard_last - shard_first),
+          master_shard(group).flat(shard_first - s.shard_begin, shard_last - shard_first),
           values + (shard_first - begin));
     }
   } else {
-    const Tensor target = stage_ == 3 ? optimizer_weights(group).flat(first - lo, last - first)
-                                      : model_weights(group).flat(first, last - first);
+    const Tensor target = stage() == 3 ? master_shard(group).flat(first - lo, last - first)
+                                       : model_->trainable().group(group).flat(first, last - first);
     model_->backend().copy_from_host(target, values + (first - begin));
   }
-  if (stage_ == 3) gatherer_.forget_cached();
-  if (offloaded()) offload_->mark_masters_stale();  // re-read before the step
+  if (stage() == 3) gatherer_->forget_cached();
+  if (offload_ != nullptr) offload_->mark_masters_stale();  // re-read before the step
 }
 
-void DataParallelEngine::write_replica(int group, int64_t first, int64_t count,
+void WeightIO::write_replica(int group, int64_t first, int64_t count,
                                        const float* values) {
-  const SlotLayout& layout = slot_plan().groups[static_cast<size_t>(group)];
-  const Buffer& replica = state_.group(group).replica;
-  const int64_t padded = plan_.group(group).padded;
+  const SlotLayout& layout = state_->sizing().weight_slots.groups[static_cast<size_t>(group)];
+  const DType gather_dtype = state_->sizing().gather_dtype;
+  const Buffer& replica = state_->group(group).replica;
+  const int64_t padded = plan_->group(group).padded;
   Backend& backend = model_->backend();
   // The values go up once in f32 and are cast there, as a publish casts the masters.
   const Buffer staged_buffer(backend, static_cast<size_t>(count) * sizeof(float),
@@ -115,13 +129,13 @@ void DataParallelEngine::write_replica(int group, int64_t first, int64_t count,
   if (!layout.compute) {
     backend.copy(buffer_view(replica, DType::f32, 0, padded).flat(first, count), staged);
     if (layout.cast_locally) {
-      backend.cast(staged, buffer_view(replica, gather_dtype(), layout.compute_offset, padded)
+      backend.cast(staged, buffer_view(replica, gather_dtype, layout.compute_offset, padded)
                                .flat(first, count));
     }
     return;
   }
   backend.cast(staged,
-               buffer_view(replica, gather_dtype(), layout.compute_offset, padded).flat(first, count));
+               buffer_view(replica, gather_dtype, layout.compute_offset, padded).flat(first, count));
   const Tensor f32 = buffer_view(replica, DType::f32, layout.f32_offset, layout.parts.f32_numel);
   int64_t unpacked = 0;
   for (const ComputeParts::Range& range : layout.parts.f32) {
@@ -133,15 +147,15 @@ void DataParallelEngine::write_replica(int group, int64_t first, int64_t count,
   }
 }
 
-void DataParallelEngine::gather_weights(int group, float* host) {
+void WeightIO::gather_weights(int group, float* host) {
   gather_whole_group(group, host, [&](float* local) { gather_local_weights(group, local); });
 }
 
-void DataParallelEngine::gather_gradients(int group, float* host) {
+void WeightIO::gather_gradients(int group, float* host) {
   gather_whole_group(group, host, [&](float* local) { gather_local_gradients(group, local); });
 }
 
-void DataParallelEngine::gather_whole_group(int group, float* host,
+void WeightIO::gather_whole_group(int group, float* host,
                                             const std::function<void(float*)>& gather_local) {
   if (tp_size() == 1) {
     gather_local(host);
@@ -169,10 +183,10 @@ void DataParallelEngine::gather_whole_group(int group, float* host,
   }
 }
 
-void DataParallelEngine::gather_local_gradients(int group, float* host) {
-  const GroupShard& s = plan_.group(group);
+void WeightIO::gather_local_gradients(int group, float* host) {
+  const GroupShard& s = plan_->group(group);
   if (s.numel == 0) return;
-  if (stage_ <= 1) {
+  if (stage() <= 1) {
     model_->backend().copy_to_host(host, model_->trainable_gradients().group(group));
     return;
   }
@@ -184,12 +198,12 @@ void DataParallelEngine::gather_local_gradients(int group, float* host) {
   const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
   const Tensor all = gathered.as(DType::f32, Shape{s.padded});
   mesh_->fsdp().all_gather(
-      state_.group(group).grad_shard.as(DType::f32, Shape{s.shard}), all);
+      state_->group(group).grad_shard.as(DType::f32, Shape{s.shard}), all);
   model_->backend().copy_to_host(host, all.flat(0, s.numel));
 }
 
-void DataParallelEngine::gather_host_shards(int group, const Tensor& shard, float* host) {
-  const GroupShard& s = plan_.group(group);
+void WeightIO::gather_host_shards(int group, const Tensor& shard, float* host) {
+  const GroupShard& s = plan_->group(group);
   offload_->host().wait_all();
   const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
   const Tensor all = gathered.as(DType::f32, Shape{s.padded});
@@ -199,27 +213,27 @@ void DataParallelEngine::gather_host_shards(int group, const Tensor& shard, floa
   model_->backend().copy_to_host(host, all.flat(0, s.numel));
 }
 
-void DataParallelEngine::gather_local_weights(int group, float* host) {
-  const GroupShard& s = plan_.group(group);
+void WeightIO::gather_local_weights(int group, float* host) {
+  const GroupShard& s = plan_->group(group);
   if (s.numel == 0) return;  // an empty group (LoRA's embedding and head groups)
   if (!sharded_masters()) {
-    model_->backend().copy_to_host(host, model_weights(group));
+    model_->backend().copy_to_host(host, model_->trainable().group(group));
     return;
   }
   if (shards_offloaded()) {
     gather_host_shards(group, offload_->master(group), host);
     return;
   }
-  if (gather_dtype() != DType::f32) {
+  if (state_->sizing().gather_dtype != DType::f32) {
     // The slots hold the compute dtype: the f32 masters are gathered apart.
     const Buffer gathered = zeroed_f32(model_->backend(), s.padded);
     const Tensor all = gathered.as(DType::f32, Shape{s.padded});
     mesh_->fsdp().all_gather(
-        state_.group(group).weight_shard.as(DType::f32, Shape{s.shard}), all);
+        state_->group(group).weight_shard.as(DType::f32, Shape{s.shard}), all);
     model_->backend().copy_to_host(host, all.flat(0, s.numel));
     return;
   }
-  SlotPool& pool = gatherer_.pool(group);
+  SlotPool& pool = gatherer_->pool(group);
   const int cached = pool.find(group);
   if (cached >= 0) {
     pool.wait(cached);
@@ -229,14 +243,15 @@ void DataParallelEngine::gather_local_weights(int group, float* host) {
   // Only the trainable part: a checkpoint never needs the frozen base gathered. The slot then
   // holds an incomplete group, so nothing may take it for a cached copy afterwards.
   const int slot = pool.take(group);
-  gatherer_.start_gather(group, slot, false);
+  gatherer_->start_gather(group, slot, false);
   pool.wait(slot);
   model_->backend().copy_to_host(host, pool.tensor(slot, s.numel));
-  gatherer_.forget_cached();
+  gatherer_->forget_cached();
 }
 
-void DataParallelEngine::set_frozen_weights(int index, const float* values) {
-  ANVIL_CHECK(lora_, "[parallel] set_frozen_weights on a model without a frozen base");
+void WeightIO::set_frozen_weights(int index, const float* values) {
+  ANVIL_CHECK(frozen_plan_ != nullptr,
+              "[parallel] set_frozen_weights on a model without a frozen base");
   const ParameterInfo& info = model_->parameters().layout().params()[static_cast<size_t>(index)];
   const float* local_values = values;
   std::vector<float> shard;
@@ -248,25 +263,20 @@ void DataParallelEngine::set_frozen_weights(int index, const float* values) {
       std::copy_n(values + run.global, run.length, shard.data() + run.local);
     local_values = shard.data();
   }
-  if (stage_ < 3) {
+  if (stage() < 3) {
     model_->set_parameter(index, local_values);
     return;
   }
-  const GroupShard& s = frozen_plan_.group(info.group);
+  const GroupShard& s = frozen_plan_->group(info.group);
   const int64_t first = std::max(info.offset, s.shard_begin);
   const int64_t last = std::min(info.offset + info.numel(), s.shard_begin + s.shard_length);
   if (first >= last) return;
-  gatherer_.wait_all();
+  gatherer_->wait_all();
   write_f32_values(model_->backend(),
-                   frozen_shard(info.group).flat(first - s.shard_begin, last - first),
+                   state_->frozen_shard_view(info.group, model_->parameters().dtype())
+                       .flat(first - s.shard_begin, last - first),
                    local_values + (first - info.offset));
-  gatherer_.forget_cached();
-}
-
-std::shared_ptr<const ParameterLayout> DataParallelEngine::trainable_layout_at_tp(int tp) const {
-  const LlamaConfig shard = tp_shard_config(model_->config(), tp);
-  if (lora_) return make_lora_layout(shard, model_->options().lora);
-  return make_llama_layout(shard, model_->options().decay_embeddings);
+  gatherer_->forget_cached();
 }
 
 }  // namespace anvil
