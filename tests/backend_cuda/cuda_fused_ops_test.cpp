@@ -15,26 +15,13 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernel_plan.h"
+#include "cuda_reference_fixture.h"
 #include "device_tensors.h"
 
 namespace anvil::test {
 namespace {
 
-class CudaFusedOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda::device_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    cuda_ = std::make_unique<CudaBackend>(0);
-    cpu_ = make_backend("cpu-ref");
-    gpu_ = std::make_unique<DeviceTensors>(*cuda_);
-    host_ = std::make_unique<DeviceTensors>(*cpu_);
-  }
-
-  std::unique_ptr<CudaBackend> cuda_;
-  std::unique_ptr<Backend> cpu_;
-  std::unique_ptr<DeviceTensors> gpu_, host_;
-};
+using CudaFusedOpsTest = CudaReferenceTest;
 
 TEST_F(CudaFusedOpsTest, MultiTensorAdamWEqualsOneStepPerSetAndTheReference) {
   const int set_count = cuda::kAdamWSetsPerLaunch + 12;  // two launches

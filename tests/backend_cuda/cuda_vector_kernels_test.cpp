@@ -14,26 +14,13 @@
 #include "backend/cuda/cuda_device.h"
 #include "core/error.h"
 #include "core/exact_square_sum.h"
+#include "cuda_reference_fixture.h"
 #include "device_tensors.h"
 
 namespace anvil::test {
 namespace {
 
-class CudaVectorKernelsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda::device_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    cuda_ = std::make_unique<CudaBackend>(0);
-    cpu_ = make_backend("cpu-ref");
-    gpu_ = std::make_unique<DeviceTensors>(*cuda_);
-    host_ = std::make_unique<DeviceTensors>(*cpu_);
-  }
-
-  std::unique_ptr<CudaBackend> cuda_;
-  std::unique_ptr<Backend> cpu_;
-  std::unique_ptr<DeviceTensors> gpu_, host_;
-};
+using CudaVectorKernelsTest = CudaReferenceTest;
 
 TEST_F(CudaVectorKernelsTest, ElementwiseOpsAtEveryAlignmentEqualTheReference) {
   const int64_t n = 1001;

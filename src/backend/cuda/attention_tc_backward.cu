@@ -170,20 +170,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       // dV += P^T dO (k-steps of 16 queries).
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        const uint32_t pa[4] = {pack_bf16(p[2 * step][0], p[2 * step][1]),
-                                pack_bf16(p[2 * step][2], p[2 * step][3]),
-                                pack_bf16(p[2 * step + 1][0], p[2 * step + 1][1]),
-                                pack_bf16(p[2 * step + 1][2], p[2 * step + 1][3])};
-#pragma unroll
-        for (int pair = 0; pair < kOutTiles / 2; ++pair) {
-          uint32_t ob[4];
-          load_b_rows_k<D>(ob, dout_tile, pair * 16, step * 16);
-          mma_bf16(dv_acc[2 * pair], pa, ob[0], ob[1]);
-          mma_bf16(dv_acc[2 * pair + 1], pa, ob[2], ob[3]);
-        }
-      }
+      mma_registers_by_tile<D>(dv_acc, p, dout_tile);
       // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) in place of dP^T.
       float ds[8][4];
 #pragma unroll
@@ -209,20 +196,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       // dK += dS^T Q (scaled once at the end).
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        const uint32_t sa[4] = {pack_bf16(ds[2 * step][0], ds[2 * step][1]),
-                                pack_bf16(ds[2 * step][2], ds[2 * step][3]),
-                                pack_bf16(ds[2 * step + 1][0], ds[2 * step + 1][1]),
-                                pack_bf16(ds[2 * step + 1][2], ds[2 * step + 1][3])};
-#pragma unroll
-        for (int pair = 0; pair < kOutTiles / 2; ++pair) {
-          uint32_t qb[4];
-          load_b_rows_k<D>(qb, q_tile, pair * 16, step * 16);
-          mma_bf16(dk_acc[2 * pair], sa, qb[0], qb[1]);
-          mma_bf16(dk_acc[2 * pair + 1], sa, qb[2], qb[3]);
-        }
-      }
+      mma_registers_by_tile<D>(dk_acc, ds, q_tile);
     }
     __syncthreads();  // this stage is the next prefetch's target
   }
@@ -339,20 +313,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       // dQ += dS K (k-steps of 16 keys; scaled once at the end).
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        const uint32_t sa[4] = {pack_bf16(ds[2 * step][0], ds[2 * step][1]),
-                                pack_bf16(ds[2 * step][2], ds[2 * step][3]),
-                                pack_bf16(ds[2 * step + 1][0], ds[2 * step + 1][1]),
-                                pack_bf16(ds[2 * step + 1][2], ds[2 * step + 1][3])};
-#pragma unroll
-        for (int pair = 0; pair < kOutTiles / 2; ++pair) {
-          uint32_t kb[4];
-          load_b_rows_k<D>(kb, k_tile, pair * 16, step * 16);
-          mma_bf16(dq_acc[2 * pair], sa, kb[0], kb[1]);
-          mma_bf16(dq_acc[2 * pair + 1], sa, kb[2], kb[3]);
-        }
-      }
+      mma_registers_by_tile<D>(dq_acc, ds, k_tile);
     }
     __syncthreads();  // this stage is the next prefetch's target
   }

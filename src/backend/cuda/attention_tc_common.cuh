@@ -113,6 +113,30 @@ __device__ __forceinline__ void load_b_rows_k(uint32_t (&b)[4], const bf16* tile
       b, tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * kRowStride<D> + n0 + (lane / 16) * 8);
 }
 
+// acc += A B over the tile's 64 keys or queries: A is a 16 x 64 operand held in registers as the
+// eight m16n8 C fragments of an earlier mma (probabilities, scores or their gradients; each
+// k-step of 16 is two of them, repacked to bf16 as one A fragment), B a 64 x D shared tile
+// stored [k][n]; acc holds D / 8 n-tiles. O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <int D>
+__device__ __forceinline__ void mma_registers_by_tile(float (&acc)[D / 8][4],
+                                                      const float (&a)[kTile / 8][4],
+                                                      const bf16* b_tile) {
+#pragma unroll
+  for (int step = 0; step < kTile / 16; ++step) {
+    const uint32_t fragment[4] = {pack_bf16(a[2 * step][0], a[2 * step][1]),
+                                  pack_bf16(a[2 * step][2], a[2 * step][3]),
+                                  pack_bf16(a[2 * step + 1][0], a[2 * step + 1][1]),
+                                  pack_bf16(a[2 * step + 1][2], a[2 * step + 1][3])};
+#pragma unroll
+    for (int pair = 0; pair < D / 16; ++pair) {
+      uint32_t b[4];
+      load_b_rows_k<D>(b, b_tile, pair * 16, step * 16);
+      mma_bf16(acc[2 * pair], fragment, b[0], b[1]);
+      mma_bf16(acc[2 * pair + 1], fragment, b[2], b[3]);
+    }
+  }
+}
+
 // Starts copying rows [row0, row0 + kTile) of head h, batch b of a (B, T, H, D) bf16 tensor into
 // a shared tile; rows at or past T become zeros.
 template <int D>

@@ -150,20 +150,7 @@ __global__ void __launch_bounds__(kThreads)
         acc[n][3] *= rescale[1];
       }
       // O += P V: the 16-key k-steps of P come straight from the score registers.
-#pragma unroll
-      for (int step = 0; step < 4; ++step) {
-        const uint32_t p[4] = {pack_bf16(s[2 * step][0], s[2 * step][1]),
-                               pack_bf16(s[2 * step][2], s[2 * step][3]),
-                               pack_bf16(s[2 * step + 1][0], s[2 * step + 1][1]),
-                               pack_bf16(s[2 * step + 1][2], s[2 * step + 1][3])};
-#pragma unroll
-        for (int pair = 0; pair < kOutTiles / 2; ++pair) {
-          uint32_t vb[4];
-          load_b_rows_k<D>(vb, v_tile, pair * 16, step * 16);
-          mma_bf16(acc[2 * pair], p, vb[0], vb[1]);
-          mma_bf16(acc[2 * pair + 1], p, vb[2], vb[3]);
-        }
-      }
+      mma_registers_by_tile<D>(acc, s, v_tile);
     }
     __syncthreads();  // this stage is the next prefetch's target
   }
