@@ -3,12 +3,14 @@
 // slice (a batch, or a contiguous block of rows or columns of c), so one thread pool serves
 // every op and the pthread OpenBLAS never spins next to OpenMP. A slice never splits K, so
 // each element of c is one sum in OpenBLAS's order whatever the thread count. OpenBLAS keeps
-// its packing buffers in a pool mapped on first use: the steady state allocates nothing.
+// its packing buffers in a pool, mapped when the backend is made: the steady state allocates
+// nothing.
 // bf16 and f16 operands take the widened path (Debian's OpenBLAS exports neither GEMM).
 #include <cblas.h>
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 #include "backend/cpu/optimized/gemm.h"
 #include "backend/cpu/optimized/parallel.h"
@@ -28,6 +30,26 @@ class OpenBlasGemm final : public Gemm {
  public:
   OpenBlasGemm(const Kernels& kernels, Allocator& scratch) : Gemm(kernels, scratch) {
     openblas_set_num_threads(1);
+    map_packing_buffers();
+  }
+
+  // OpenBLAS maps a packing buffer for each call running at once on first use (its
+  // BUFFER_SIZE: 128 MiB of address space in Debian's build) and, when the mapping fails,
+  // retries forever: under an address-space limit (`ulimit -v`) the first step's GEMMs would
+  // hang once the run's own buffers took the room. Every thread of ours calls it here, the
+  // calls lined up by a barrier, so the buffers exist once the backend does: the pre-flight
+  // check counts them as mapped and plans the run in what is left. (A barrier makes the calls
+  // overlap in practice, not by contract; a buffer a thread maps later is unplanned.)
+  static void map_packing_buffers() {
+    // Past OpenBLAS's small-matrix path (M x N x K <= 100^3), which needs no buffer.
+    constexpr int kSide = 128;
+#pragma omp parallel
+    {
+      std::vector<float> a(kSide * kSide), b(kSide * kSide), c(kSide * kSide);
+#pragma omp barrier
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kSide, kSide, kSide, 1.0f, a.data(),
+                  kSide, b.data(), kSide, 0.0f, c.data(), kSide);
+    }
   }
 
   std::string library() const override {
