@@ -53,7 +53,7 @@ Compression detect_compression(const char* head, size_t size) {
 
 Compression detect_compression(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  ANVIL_CHECK(in.is_open(), "[prepare] {}: cannot open: {}", path, std::strerror(errno));
+  ANVIL_CHECK(in.is_open(), "[data] {}: cannot open: {}", path, std::strerror(errno));
   char head[sizeof(kXzMagic)] = {};
   in.read(head, sizeof(head));
   return detect_compression(head, static_cast<size_t>(in.gcount()));
@@ -89,16 +89,16 @@ struct DecompressingBuffer::Decoder {
     switch (kind) {
       case Compression::gzip:
         // 15 + 16: a gzip wrapper (not zlib's), the largest window.
-        ANVIL_CHECK(inflateInit2(&gzip, 15 + 16) == Z_OK, "[prepare] zlib: cannot start");
+        ANVIL_CHECK(inflateInit2(&gzip, 15 + 16) == Z_OK, "[data] zlib: cannot start");
         break;
       case Compression::zstd:
         zstd = ZSTD_createDStream();
         ANVIL_CHECK(zstd != nullptr && !ZSTD_isError(ZSTD_initDStream(zstd)),
-                    "[prepare] zstd: cannot start");
+                    "[data] zstd: cannot start");
         break;
       case Compression::xz:
         ANVIL_CHECK(lzma_stream_decoder(&xz, UINT64_MAX, LZMA_CONCATENATED) == LZMA_OK,
-                    "[prepare] xz: cannot start");
+                    "[data] xz: cannot start");
         break;
       case Compression::none: break;
     }
@@ -184,16 +184,16 @@ struct DecompressingBuffer::Decoder {
 
 DecompressingBuffer::DecompressingBuffer(const std::string& path, uint64_t start)
     : path_(path), file_(path, std::ios::binary), in_(kInputChunk), out_(kOutputChunk) {
-  ANVIL_CHECK(file_.is_open(), "[prepare] {}: cannot open: {}", path, std::strerror(errno));
+  ANVIL_CHECK(file_.is_open(), "[data] {}: cannot open: {}", path, std::strerror(errno));
   refill();
   compression_ = detect_compression(in_.data(), in_end_);
   if (start > 0) {
     ANVIL_CHECK(compression_ == Compression::none,
-                "[prepare] {}: a {} stream cannot be read from byte {}", path,
+                "[data] {}: a {} stream cannot be read from byte {}", path,
                 compression_name(compression_), start);
     file_.clear();
     file_.seekg(static_cast<std::streamoff>(start));
-    ANVIL_CHECK(file_.good(), "[prepare] {}: cannot seek to byte {}", path, start);
+    ANVIL_CHECK(file_.good(), "[data] {}: cannot seek to byte {}", path, start);
     in_begin_ = in_end_ = 0;
     file_offset_ = start;
     file_done_ = false;

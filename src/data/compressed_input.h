@@ -22,7 +22,7 @@ enum class Compression { none, gzip, zstd, xz };
 // Returns the compression of the file starting with these bytes (at least 6 of them when the
 // file is that long).
 Compression detect_compression(const char* head, size_t size);
-// Returns the compression of the file at `path`; throws "[prepare] PATH: cannot open: ...".
+// Returns the compression of the file at `path`; throws "[data] PATH: cannot open: ...".
 Compression detect_compression(const std::string& path);
 // Returns "gzip", "zstd", "xz" or "none".
 const char* compression_name(Compression compression);

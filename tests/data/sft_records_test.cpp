@@ -74,7 +74,7 @@ TEST(SftRecords, FileErrorsNameTheLineOrAreSkippedAndCounted) {
   EXPECT_EQ(records[1].file, path);
   EXPECT_EQ(records[1].messages.back().content, "d");
   expect_error([&] { read_sft_records(dir.file("missing.jsonl"), true, &skipped); },
-               {"cannot open", "missing.jsonl"});
+               {"[data] ", "cannot open", "missing.jsonl"});
 }
 
 }  // namespace
