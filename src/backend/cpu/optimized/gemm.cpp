@@ -51,6 +51,7 @@ void Gemm::run(const MatmulShape& s, const void* a, const void* b, void* c) {
 }
 
 std::unique_ptr<Gemm> make_gemm(const Kernels& kernels, Allocator& scratch) {
+  settle_openblas_threads();
   if (std::strcmp(kernels.isa_name, "avx512") == 0) return make_onednn_gemm(kernels, scratch);
   return make_openblas_gemm(kernels, scratch);
 }

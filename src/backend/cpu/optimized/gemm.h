@@ -66,5 +66,11 @@ class Gemm {
 std::unique_ptr<Gemm> make_gemm(const Kernels& kernels, Allocator& scratch);
 std::unique_ptr<Gemm> make_onednn_gemm(const Kernels& kernels, Allocator& scratch);
 std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels, Allocator& scratch);
+// Holds OpenBLAS at one thread (we thread it ourselves) once its own thread pool, started when
+// the library loads (one thread per core unless OPENBLAS_NUM_THREADS says otherwise), has
+// mapped its buffers: each pool thread maps a 128 MiB packing buffer as it starts, in its own
+// time, so without this a memory check could run before or after that address space is
+// taken. Every table calls it (the library is loaded whichever GEMM runs); once per process.
+void settle_openblas_threads();
 
 }  // namespace anvil::cpu_opt

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <mutex>
 #include <vector>
 
 #include "backend/cpu/optimized/gemm.h"
@@ -29,7 +30,7 @@ constexpr int64_t kMinSliceWork = int64_t{1} << 18;
 class OpenBlasGemm final : public Gemm {
  public:
   OpenBlasGemm(const Kernels& kernels, Allocator& scratch) : Gemm(kernels, scratch) {
-    openblas_set_num_threads(1);
+    settle_openblas_threads();
     map_packing_buffers();
   }
 
@@ -119,6 +120,22 @@ class OpenBlasGemm final : public Gemm {
 };
 
 }  // namespace
+
+void settle_openblas_threads() {
+  static std::once_flag settled;
+  std::call_once(settled, [] {
+    // A GEMM split over every pool thread returns only after each has run its share, so each
+    // has started, and mapped its buffer, by then. 512^3 is past the size OpenBLAS splits.
+    const int pool = openblas_get_num_threads();
+    if (pool > 1) {
+      constexpr int kSide = 512;
+      std::vector<float> a(kSide * kSide), b(kSide * kSide), c(kSide * kSide);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kSide, kSide, kSide, 1.0f, a.data(),
+                  kSide, b.data(), kSide, 0.0f, c.data(), kSide);
+    }
+    openblas_set_num_threads(1);
+  });
+}
 
 std::unique_ptr<Gemm> make_openblas_gemm(const Kernels& kernels, Allocator& scratch) {
   return std::make_unique<OpenBlasGemm>(kernels, scratch);
