@@ -27,6 +27,14 @@ namespace {
 constexpr int64_t kMinSliceExtent = 32;
 constexpr int64_t kMinSliceWork = int64_t{1} << 18;
 
+// Multiplies two side x side matrices at `abc` into the third after them (OpenBLAS's warm-up
+// calls: the values do not matter, the buffers OpenBLAS maps for them do).
+void multiply_squares(int side, float* abc) {
+  const int64_t n = int64_t{side} * side;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, side, side, side, 1.0f, abc, side,
+              abc + n, side, 0.0f, abc + 2 * n, side);
+}
+
 class OpenBlasGemm final : public Gemm {
  public:
   OpenBlasGemm(const Kernels& kernels, Allocator& scratch) : Gemm(kernels, scratch) {
@@ -46,10 +54,9 @@ class OpenBlasGemm final : public Gemm {
     constexpr int kSide = 128;
 #pragma omp parallel
     {
-      std::vector<float> a(kSide * kSide), b(kSide * kSide), c(kSide * kSide);
+      std::vector<float> zeros(3 * kSide * kSide);
 #pragma omp barrier
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kSide, kSide, kSide, 1.0f, a.data(),
-                  kSide, b.data(), kSide, 0.0f, c.data(), kSide);
+      multiply_squares(kSide, zeros.data());
     }
   }
 
@@ -129,9 +136,8 @@ void settle_openblas_threads() {
     const int pool = openblas_get_num_threads();
     if (pool > 1) {
       constexpr int kSide = 512;
-      std::vector<float> a(kSide * kSide), b(kSide * kSide), c(kSide * kSide);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kSide, kSide, kSide, 1.0f, a.data(),
-                  kSide, b.data(), kSide, 0.0f, c.data(), kSide);
+      std::vector<float> zeros(3 * kSide * kSide);
+      multiply_squares(kSide, zeros.data());
     }
     openblas_set_num_threads(1);
   });
