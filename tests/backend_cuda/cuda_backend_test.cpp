@@ -17,19 +17,13 @@
 #include "backend/cuda/cuda_stream.h"
 #include "core/buffer.h"
 #include "core/error.h"
+#include "cuda_reference_fixture.h"
 
 namespace anvil {
 namespace {
 
-class CudaBackendTest : public ::testing::Test {
+class CudaBackendTest : public test::CudaReferenceTest {
  protected:
-  void SetUp() override {
-    const std::string reason = cuda::device_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-    cuda_ = std::make_unique<CudaBackend>(0);
-    cpu_ = make_backend("cpu-ref");
-  }
-
   // Returns a tensor on `backend` holding `values` stored as `dtype` (rounded to it).
   Tensor make(Backend& backend, DType dtype, Shape shape, const std::vector<float>& values) {
     buffers_.push_back(std::make_unique<Buffer>(backend, std::max<size_t>(1, values.size() * 4),
@@ -79,8 +73,6 @@ class CudaBackendTest : public ::testing::Test {
     return values;
   }
 
-  std::unique_ptr<CudaBackend> cuda_;
-  std::unique_ptr<Backend> cpu_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 

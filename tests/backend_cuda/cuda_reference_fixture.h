@@ -1,4 +1,4 @@
-// The fixture of the CUDA kernel tests that compare a GPU with the reference: a CudaBackend on
+// The fixture of the CUDA tests that compare a GPU with the reference: a CudaBackend on
 // device 0 beside cpu-ref, each with a DeviceTensors set. Skips with the reason when there is
 // no device to run on.
 #pragma once
