@@ -37,8 +37,8 @@ void multiply_squares(int side, float* abc) {
 
 class OpenBlasGemm final : public Gemm {
  public:
+  // make_gemm has settled OpenBLAS's pool and held it at one thread first.
   OpenBlasGemm(const Kernels& kernels, Allocator& scratch) : Gemm(kernels, scratch) {
-    settle_openblas_threads();
     map_packing_buffers();
   }
 
